@@ -1,0 +1,67 @@
+// Command billingctl is the operator's tool for Tally:
+//
+//	billingctl apikey create --name NAME --scopes a,b   print a new key's secret (alone, on stdout)
+//	billingctl apikey list                              list keys (never their secrets)
+//	billingctl apikey revoke PREFIX|NAME                revoke a key
+//
+// The database comes from DATABASE_URL.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "billingctl: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  billingctl apikey create --name NAME --scopes SCOPE[,SCOPE…]
+  billingctl apikey list
+  billingctl apikey revoke PREFIX|NAME
+scopes: usage:write, customers:write, billing:read, admin
+database: DATABASE_URL`
+
+// run dispatches a command. Anything meant for a pipe (a secret) goes to
+// stdout; everything for the person goes to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if len(args) < 2 {
+		return errors.New(usage)
+	}
+	url := getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("DATABASE_URL is required, such as postgres://user@127.0.0.1:5432/tally")
+	}
+	pool, err := ledger.Connect(ctx, url, "tally-billingctl", 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	l, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return err
+	}
+
+	switch args[0] + " " + args[1] {
+	case "apikey create":
+		return apiKeyCreate(ctx, l, args[2:], stdout, stderr)
+	case "apikey list":
+		return apiKeyList(ctx, l, stdout)
+	case "apikey revoke":
+		return apiKeyRevoke(ctx, l, args[2:], stderr)
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0]+" "+args[1], usage)
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// Roles a replica can run.
+const (
+	roleAPI    = "api"
+	roleWorker = "worker"
+)
+
+// Defaults of the configuration, named after their variable.
+const (
+	httpAddrDefault        = ":8080"
+	workersDefault         = 50
+	stripeKeyWindowDefault = 23 * time.Hour
+	stripeTimeoutDefault   = 30 * time.Second
+	shutdownTimeoutDefault = 25 * time.Second
+)
+
+// config is the server's configuration, read from the environment by
+// loadConfig. See the configuration table in README.md.
+type config struct {
+	DatabaseURL         string
+	DBMaxConns          int32
+	HTTPAddr            string
+	Roles               []string
+	Workers             int
+	Cadence             ledger.Cadence
+	CloseGrace          time.Duration
+	PeriodBudgetCents   *int64
+	StripeKeyWindow     time.Duration
+	StripeAPIKey        string
+	StripeAPIBase       string
+	StripeWebhookSecret string
+	StripeTimeout       time.Duration
+	AllowLiveSecretKey  bool
+	LogLevel            slog.Level
+	ShutdownTimeout     time.Duration
+}
+
+func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
+
+// loadConfig reads the configuration from getenv and returns every problem
+// found at once, each naming its variable.
+func loadConfig(getenv func(string) string) (*config, error) {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	duration := func(name string, def time.Duration) time.Duration {
+		v := get(name, "")
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad(name, "%q is not a positive Go duration such as 90s, 30m or 1h", v)
+			return def
+		}
+		return d
+	}
+	integer := func(name string, def int64, min, max int64) int64 {
+		v := get(name, "")
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min || n > max {
+			bad(name, "%q is not a whole number between %d and %d", v, min, max)
+			return def
+		}
+		return n
+	}
+
+	c := &config{
+		DatabaseURL:         get("DATABASE_URL", ""),
+		HTTPAddr:            get("TALLY_HTTP_ADDR", httpAddrDefault),
+		Workers:             int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
+		DBMaxConns:          int32(integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)),
+		CloseGrace:          duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
+		StripeKeyWindow:     duration("TALLY_STRIPE_KEY_WINDOW", stripeKeyWindowDefault),
+		StripeAPIKey:        get("STRIPE_API_KEY", ""),
+		StripeAPIBase:       get("STRIPE_API_BASE", ""),
+		StripeWebhookSecret: get("STRIPE_WEBHOOK_SECRET", ""),
+		StripeTimeout:       duration("STRIPE_TIMEOUT", stripeTimeoutDefault),
+		ShutdownTimeout:     duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
+	}
+	if c.DatabaseURL == "" {
+		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")
+	}
+	for _, r := range strings.Split(get("TALLY_ROLES", "api,worker"), ",") {
+		r = strings.TrimSpace(r)
+		switch r {
+		case roleAPI, roleWorker:
+			if !slices.Contains(c.Roles, r) {
+				c.Roles = append(c.Roles, r)
+			}
+		case "":
+		default:
+			bad("TALLY_ROLES", "unknown role %q: want api, worker or api,worker", r)
+		}
+	}
+	if len(c.Roles) == 0 {
+		bad("TALLY_ROLES", "names no role: want api, worker or api,worker")
+	}
+	cadence, err := ledger.ParseCadence(get("TALLY_PERIOD", string(ledger.CadenceDefault)))
+	if err != nil {
+		bad("TALLY_PERIOD", "%v", err)
+	}
+	c.Cadence = cadence
+	if v := get("TALLY_PERIOD_BUDGET_CENTS", ""); v != "" {
+		n := integer("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62)
+		c.PeriodBudgetCents = &n
+	}
+	switch v := strings.ToLower(get("TALLY_ALLOW_LIVE_SECRET_KEY", "false")); v {
+	case "true", "1", "yes":
+		c.AllowLiveSecretKey = true
+	case "false", "0", "no":
+	default:
+		bad("TALLY_ALLOW_LIVE_SECRET_KEY", "%q is not true or false", v)
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(get("TALLY_LOG_LEVEL", "info"))); err != nil {
+		bad("TALLY_LOG_LEVEL", "want debug, info, warn or error")
+	}
+
+	if c.has(roleWorker) {
+		switch key := c.StripeAPIKey; {
+		case key == "":
+			bad("STRIPE_API_KEY", "is required by the worker role; use a restricted key (rk_…) allowed to write PaymentIntents and read Customers")
+		case strings.HasPrefix(key, "sk_live_") && !c.AllowLiveSecretKey:
+			bad("STRIPE_API_KEY", "is an unrestricted live secret key; use a restricted key (rk_live_…), or set TALLY_ALLOW_LIVE_SECRET_KEY=true to accept the risk")
+		case !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_"):
+			bad("STRIPE_API_KEY", "does not look like a Stripe key (rk_… or sk_…)")
+		}
+	}
+	if c.StripeAPIBase != "" && !strings.HasPrefix(c.StripeAPIBase, "http://") && !strings.HasPrefix(c.StripeAPIBase, "https://") {
+		bad("STRIPE_API_BASE", "%q is not an http(s) URL", c.StripeAPIBase)
+	}
+	if s := c.StripeWebhookSecret; s != "" && !strings.HasPrefix(s, "whsec_") {
+		bad("STRIPE_WEBHOOK_SECRET", "does not look like a Stripe webhook secret (whsec_…)")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// customerResponse is a customer as the API shows it.
+type customerResponse struct {
+	CustomerID            string    `json:"customer_id"`
+	StripeCustomerID      string    `json:"stripe_customer_id"`
+	StripePaymentMethodID *string   `json:"stripe_payment_method_id"`
+	Currency              string    `json:"currency"`
+	MaxChargeCents        *int64    `json:"max_charge_cents"`
+	CreatedAt             time.Time `json:"created_at"`
+	UpdatedAt             time.Time `json:"updated_at"`
+}
+
+func newCustomerResponse(c *ledger.Customer) customerResponse {
+	return customerResponse{
+		CustomerID: c.ID, StripeCustomerID: c.StripeCustomerID, StripePaymentMethodID: c.StripePaymentMethodID,
+		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+	}
+}
+
+// handleCustomerPut creates or replaces a customer: 201 when created, 200
+// when updated.
+func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type request struct {
+		StripeCustomerID      string  `json:"stripe_customer_id"`
+		StripePaymentMethodID *string `json:"stripe_payment_method_id"`
+		Currency              string  `json:"currency"`
+		MaxChargeCents        *int64  `json:"max_charge_cents"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode[request](w, r, bodyLimitDefault)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		c, created, err := l.CustomerPut(r.Context(), ledger.CustomerPutParams{
+			ID: r.PathValue("customer_id"), StripeCustomerID: req.StripeCustomerID,
+			StripePaymentMethodID: req.StripePaymentMethodID, Currency: req.Currency, MaxChargeCents: req.MaxChargeCents,
+		})
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		encode(w, status, newCustomerResponse(c))
+	})
+}
+
+// handleCustomerGet returns a customer, or 404.
+func handleCustomerGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := l.CustomerGet(r.Context(), r.PathValue("customer_id"))
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		encode(w, http.StatusOK, newCustomerResponse(c))
+	})
+}

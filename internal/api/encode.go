@@ -1,0 +1,165 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// Body limits.
+const (
+	bodyLimitDefault = 1 << 20 // 1 MiB
+	bodyLimitBatch   = 8 << 20 // 8 MiB
+)
+
+// encode writes v as JSON with status.
+func encode(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// decodeError is a request body that cannot be decoded; it is answered as a
+// problem with status.
+type decodeError struct {
+	status int
+	code   string
+	detail string
+	fields map[string]string
+}
+
+func (e *decodeError) Error() string { return e.detail }
+
+// decode reads a JSON body of at most limit bytes into v, refusing other
+// content types, unknown fields, wrong types and trailing data.
+func decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, error) {
+	var v T
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return v, &decodeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+			detail: "send the body as JSON with Content-Type: application/json"}
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, jsonError(err, limit, "")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return v, jsonError(err, limit, "")
+		}
+		return v, &decodeError{status: http.StatusBadRequest, code: "malformed_json",
+			detail: "the body must hold exactly one JSON value"}
+	}
+	return v, nil
+}
+
+// decodeStrict decodes one JSON value already read (such as one item of a
+// batch) into v; field names in errors are prefixed with prefix.
+func decodeStrict[T any](raw json.RawMessage, prefix string) (T, error) {
+	var v T
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, jsonError(err, 0, prefix)
+	}
+	return v, nil
+}
+
+// jsonError turns a json decoding error into a decodeError that names the
+// field when there is one.
+func jsonError(err error, limit int64, prefix string) *decodeError {
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &maxErr):
+		return &decodeError{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
+			detail: fmt.Sprintf("the body is larger than %d bytes; send less per request", limit)}
+	case errors.As(err, &typeErr):
+		field := prefix + typeErr.Field
+		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
+			detail: "the request has invalid fields",
+			fields: map[string]string{field: fmt.Sprintf("must be %s, not a JSON %s", describeType(typeErr), typeErr.Value)}}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
+			detail: "the request has invalid fields",
+			fields: map[string]string{prefix + field: "is not a known field; remove it (see the API reference in README.md)"}}
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return &decodeError{status: http.StatusBadRequest, code: "malformed_json",
+			detail: "the body is not valid JSON: " + err.Error()}
+	}
+	return &decodeError{status: http.StatusBadRequest, code: "malformed_json", detail: "the body could not be read: " + err.Error()}
+}
+
+func describeType(e *json.UnmarshalTypeError) string {
+	switch e.Type.Kind().String() {
+	case "int64", "int", "int32":
+		if e.Value == "number" {
+			return "a whole number that fits in 64 bits"
+		}
+		return "a whole number"
+	case "string":
+		return "a string"
+	case "map", "struct":
+		return "a JSON object"
+	case "slice":
+		return "a JSON array"
+	case "bool":
+		return "true or false"
+	}
+	return "of type " + e.Type.String()
+}
+
+// problem is an RFC 9457 problem detail.
+type problem struct {
+	Type      string            `json:"type"`
+	Title     string            `json:"title"`
+	Status    int               `json:"status"`
+	Detail    string            `json:"detail,omitempty"`
+	Code      string            `json:"code"`
+	Errors    map[string]string `json:"errors,omitempty"`
+	Items     []itemProblem     `json:"items,omitempty"`
+	RequestID string            `json:"request_id,omitempty"`
+}
+
+// itemProblem is the error of one item of a batch.
+type itemProblem struct {
+	Index  int               `json:"index"`
+	Status int               `json:"status"`
+	Code   string            `json:"code"`
+	Detail string            `json:"detail"`
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
+	p.Type = "urn:tally:problem:" + p.Code
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	p.RequestID = requestIDFrom(r.Context())
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(p)
+}
+
+// writeInternal logs err with the request's context and answers a generic
+// 500 that names only the request id.
+func writeInternal(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	logger.ErrorContext(r.Context(), "internal error", slog.String("error", err.Error()),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("request_id", requestIDFrom(r.Context())))
+	writeProblem(w, r, problem{Status: http.StatusInternalServerError, Code: "internal_error",
+		Detail: "an internal error occurred; it was logged with this request id"})
+}

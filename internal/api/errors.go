@@ -1,0 +1,47 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// writeError answers err: ledger and decoding errors map to their status in
+// this one place; anything else is internal.
+func writeError(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	if p, ok := problemFor(err); ok {
+		writeProblem(w, r, p)
+		return
+	}
+	writeInternal(logger, w, r, err)
+}
+
+// problemFor maps a known error to its problem, or reports false.
+func problemFor(err error) (problem, bool) {
+	var (
+		de *decodeError
+		ve *ledger.ValidationError
+		ce *ledger.ConflictError
+	)
+	switch {
+	case errors.As(err, &de):
+		return problem{Status: de.status, Code: de.code, Detail: de.detail, Errors: de.fields}, true
+	case errors.As(err, &ve):
+		return problem{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+			Detail: "the request has invalid fields; see errors", Errors: ve.Fields}, true
+	case errors.As(err, &ce):
+		return problem{Status: http.StatusConflict, Code: ce.Code, Detail: ce.Detail}, true
+	case errors.Is(err, ledger.ErrNotFound):
+		return problem{Status: http.StatusNotFound, Code: "not_found", Detail: err.Error()}, true
+	}
+	return problem{}, false
+}
+
+func handleNotFound(logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, problem{Status: http.StatusNotFound, Code: "not_found",
+			Detail: "no route for " + r.Method + " " + r.URL.Path})
+	})
+}

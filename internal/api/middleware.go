@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+type ctxKey int
+
+const ctxKeyRequestID ctxKey = 0
+
+// requestIDHeader carries the request id both ways: a client may send one
+// (printable, at most 128 bytes) and every response has one.
+const requestIDHeader = "X-Request-Id"
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(ctxKeyRequestID).(string)
+	return id
+}
+
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(requestIDHeader)
+		if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+			b := make([]byte, 12)
+			_, _ = rand.Read(b)
+			id = "req_" + hex.EncodeToString(b)
+		}
+		w.Header().Set(requestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKeyRequestID, id)))
+	})
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func withAccessLog(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		// requireScope puts the authenticated key in the holder for this line.
+		holder := &keyHolder{}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), ctxKeyHolder{}, holder)))
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("duration", time.Since(start)),
+			slog.String("request_id", requestIDFrom(r.Context())),
+		}
+		if holder.key != nil {
+			attrs = append(attrs, slog.String("key_prefix", holder.key.Prefix))
+		}
+		logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	})
+}
+
+type ctxKeyHolder struct{}
+
+type keyHolder struct{ key *ledger.APIKey }
+
+func withRecover(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				writeInternal(logger, w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireScope authenticates the request's bearer key and requires scope:
+// 401 without a valid key, 403 without the scope.
+func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || secret == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+				Detail: "send an API key as Authorization: Bearer <key>; create one with billingctl apikey create"})
+			return
+		}
+		key, err := l.APIKeyAuthenticate(r.Context(), strings.TrimSpace(secret))
+		if err == ledger.ErrUnauthenticated {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tally", error="invalid_token"`)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+				Detail: "the API key is unknown or revoked"})
+			return
+		}
+		if err != nil {
+			writeInternal(logger, w, r, err)
+			return
+		}
+		if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
+			h.key = key
+		}
+		if !key.Has(scope) {
+			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
+				Detail: fmt.Sprintf("this API key lacks the %s scope that this request needs", scope)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// periodResponse is a billing period as the API shows it.
+type periodResponse struct {
+	CustomerID  string     `json:"customer_id"`
+	Period      string     `json:"period"`
+	Status      string     `json:"status"`
+	Currency    string     `json:"currency"`
+	EventCount  int64      `json:"event_count"`
+	TotalCents  int64      `json:"total_cents"`
+	StartsAt    time.Time  `json:"starts_at"`
+	EndsAt      time.Time  `json:"ends_at"`
+	ClosesAt    time.Time  `json:"closes_at"`
+	ClosedAt    *time.Time `json:"closed_at"`
+	ChargeJobID *int64     `json:"charge_job_id"`
+}
+
+func newPeriodResponse(p *ledger.Period) periodResponse {
+	return periodResponse{
+		CustomerID: p.CustomerID, Period: p.Period, Status: p.Status, Currency: p.Currency,
+		EventCount: p.EventCount, TotalCents: p.TotalCents, StartsAt: p.StartsAt, EndsAt: p.EndsAt,
+		ClosesAt: p.ClosesAt, ClosedAt: p.ClosedAt, ChargeJobID: p.ChargeJobID,
+	}
+}
+
+// handlePeriodList lists a customer's periods, newest first.
+func handlePeriodList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type response struct {
+		Data []periodResponse `json:"data"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		periods, err := l.PeriodList(r.Context(), r.PathValue("customer_id"))
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		resp := response{Data: make([]periodResponse, 0, len(periods))}
+		for _, p := range periods {
+			resp.Data = append(resp.Data, newPeriodResponse(p))
+		}
+		encode(w, http.StatusOK, resp)
+	})
+}
+
+// handlePeriodGet returns one period, 422 for a malformed label, 404 for an
+// unknown one.
+func handlePeriodGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		label := r.PathValue("period")
+		if _, err := l.Cadence().ParseLabel(label); err != nil {
+			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{"period": err.Error()}})
+			return
+		}
+		p, err := l.PeriodGet(r.Context(), r.PathValue("customer_id"), label)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		encode(w, http.StatusOK, newPeriodResponse(p))
+	})
+}

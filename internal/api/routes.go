@@ -1,0 +1,26 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// addRoutes is the whole API surface. Each route names the scope it needs.
+func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc) {
+	auth := func(scope ledger.Scope, h http.Handler) http.Handler { return requireScope(logger, l, scope, h) }
+
+	mux.Handle("GET /healthz", handleHealthz())
+	mux.Handle("GET /readyz", handleReadyz(logger, ready))
+
+	mux.Handle("PUT /v1/customers/{customer_id}", auth(ledger.ScopeCustomersWrite, handleCustomerPut(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}", auth(ledger.ScopeBillingRead, handleCustomerGet(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/periods", auth(ledger.ScopeBillingRead, handlePeriodList(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/periods/{period}", auth(ledger.ScopeBillingRead, handlePeriodGet(logger, l)))
+
+	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l)))
+	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l)))
+
+	mux.Handle("/", handleNotFound(logger))
+}

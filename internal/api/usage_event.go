@@ -1,0 +1,208 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// usageEventRequest is one usage event as a producer posts it.
+type usageEventRequest struct {
+	CustomerID  string          `json:"customer_id"`
+	EventID     string          `json:"event_id"`
+	AmountCents *int64          `json:"amount_cents"`
+	Currency    string          `json:"currency"`
+	Quantity    *int64          `json:"quantity"`
+	Metric      string          `json:"metric"`
+	Properties  json.RawMessage `json:"properties"`
+	OccurredAt  *string         `json:"occurred_at"`
+}
+
+// params converts the request, or returns a *ledger.ValidationError for the
+// fields only the API can judge (presence, timestamp syntax).
+func (req usageEventRequest) params() (ledger.UsageEventParams, error) {
+	p := ledger.UsageEventParams{
+		CustomerID: req.CustomerID, EventID: req.EventID, Currency: req.Currency,
+		Quantity: req.Quantity, Metric: req.Metric, Properties: req.Properties,
+	}
+	fields := map[string]string{}
+	if req.AmountCents == nil {
+		fields["amount_cents"] = "is required: the event's price in minor units of the customer's currency, such as 1250 for $12.50"
+	} else {
+		p.AmountCents = *req.AmountCents
+	}
+	if req.OccurredAt != nil {
+		t, err := time.Parse(time.RFC3339Nano, *req.OccurredAt)
+		if err != nil {
+			fields["occurred_at"] = "must be an RFC 3339 timestamp such as 2026-11-30T13:05:00Z, or omitted for now"
+		} else {
+			p.OccurredAt = &t
+		}
+	}
+	if len(fields) > 0 {
+		return p, &ledger.ValidationError{Fields: fields}
+	}
+	return p, nil
+}
+
+// usageEventResponse is a stored usage event as the API shows it.
+type usageEventResponse struct {
+	CustomerID  string          `json:"customer_id"`
+	EventID     string          `json:"event_id"`
+	Period      string          `json:"period"`
+	AmountCents int64           `json:"amount_cents"`
+	Currency    string          `json:"currency"`
+	Quantity    *int64          `json:"quantity"`
+	Metric      *string         `json:"metric"`
+	Properties  json.RawMessage `json:"properties"`
+	OccurredAt  time.Time       `json:"occurred_at"`
+	ReceivedAt  time.Time       `json:"received_at"`
+}
+
+func newUsageEventResponse(e *ledger.UsageEvent) usageEventResponse {
+	return usageEventResponse{
+		CustomerID: e.CustomerID, EventID: e.EventID, Period: e.Period, AmountCents: e.AmountCents,
+		Currency: e.Currency, Quantity: e.Quantity, Metric: e.Metric, Properties: e.Properties,
+		OccurredAt: e.OccurredAt, ReceivedAt: e.ReceivedAt,
+	}
+}
+
+// replayHeader marks a response that replays an already recorded event.
+const replayHeader = "Idempotent-Replayed"
+
+// handleUsageEventCreate records one event: 201 created, 200 exact replay
+// (same body as the first answer), 409 idempotency_conflict or
+// period_closed, 422 invalid.
+func handleUsageEventCreate(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode[usageEventRequest](w, r, bodyLimitDefault)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		p, err := req.params()
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		res, err := l.UsageEventRecord(r.Context(), p)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		status := http.StatusCreated
+		if res.Replay {
+			status = http.StatusOK
+			w.Header().Set(replayHeader, "true")
+		}
+		encode(w, status, newUsageEventResponse(res.Event))
+	})
+}
+
+// handleUsageEventBatch records up to 1000 events all-or-nothing. On success
+// it answers 201 (200 when every event was a replay) with one result per
+// event; otherwise nothing is written and the problem lists each failing
+// index: 422 when any item is invalid, else 409.
+func handleUsageEventBatch(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type request struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	type result struct {
+		Status string             `json:"status"` // created or replayed
+		Event  usageEventResponse `json:"event"`
+	}
+	type response struct {
+		Created  int      `json:"created"`
+		Replayed int      `json:"replayed"`
+		Data     []result `json:"data"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode[request](w, r, bodyLimitBatch)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		if len(req.Events) == 0 || len(req.Events) > ledger.UsageEventBatchMax {
+			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{
+				"events": fmt.Sprintf("must hold between 1 and %d events; got %d", ledger.UsageEventBatchMax, len(req.Events))}})
+			return
+		}
+
+		// Items that fail to decode are reported with the ledger's verdict on
+		// the others; index maps the ledger's positions back to the request's.
+		itemErrs := map[int]error{}
+		var params []ledger.UsageEventParams
+		var index []int
+		for i, raw := range req.Events {
+			item, err := decodeStrict[usageEventRequest](raw, "")
+			if err == nil {
+				var p ledger.UsageEventParams
+				if p, err = item.params(); err == nil {
+					params = append(params, p)
+					index = append(index, i)
+					continue
+				}
+			}
+			itemErrs[i] = err
+		}
+		var results []*ledger.UsageEventResult
+		if len(params) > 0 {
+			results, err = l.UsageEventRecordBatch(r.Context(), params)
+			var batchErr *ledger.BatchError
+			switch {
+			case errors.As(err, &batchErr):
+				for i, e := range batchErr.Items {
+					itemErrs[index[i]] = e
+				}
+			case err != nil:
+				writeInternal(logger, w, r, err)
+				return
+			}
+		}
+		if len(itemErrs) > 0 {
+			writeBatchProblem(logger, w, r, itemErrs)
+			return
+		}
+
+		resp := response{Data: make([]result, len(results))}
+		for i, res := range results {
+			resp.Data[i] = result{Status: "created", Event: newUsageEventResponse(res.Event)}
+			if res.Replay {
+				resp.Data[i].Status = "replayed"
+				resp.Replayed++
+			} else {
+				resp.Created++
+			}
+		}
+		status := http.StatusCreated
+		if resp.Created == 0 {
+			status = http.StatusOK
+		}
+		encode(w, status, resp)
+	})
+}
+
+// writeBatchProblem answers a rejected batch with each failing item's error.
+func writeBatchProblem(logger *slog.Logger, w http.ResponseWriter, r *http.Request, itemErrs map[int]error) {
+	p := problem{Status: http.StatusConflict, Code: "batch_rejected",
+		Detail: fmt.Sprintf("%d events were rejected, so none of the batch was recorded; fix them and send the whole batch again", len(itemErrs))}
+	for i, err := range itemErrs {
+		ip, ok := problemFor(err)
+		if !ok {
+			writeInternal(logger, w, r, err)
+			return
+		}
+		if ip.Status == http.StatusUnprocessableEntity {
+			p.Status = http.StatusUnprocessableEntity
+		}
+		p.Items = append(p.Items, itemProblem{Index: i, Status: ip.Status, Code: ip.Code, Detail: ip.Detail, Errors: ip.Errors})
+	}
+	sort.Slice(p.Items, func(a, b int) bool { return p.Items[a].Index < p.Items[b].Index })
+	writeProblem(w, r, p)
+}

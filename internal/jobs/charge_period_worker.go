@@ -1,0 +1,218 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// Timing of the charge path, derived from the Stripe timeout so that the
+// invariants hold whatever it is configured to:
+//
+//	job timeout  = 2 × Stripe timeout + chargeDBAllowance   (customer lookup + create + ledger steps)
+//	lease TTL    = job timeout + chargeLeaseMargin          (a live run always holds its lease)
+//	rescue after = lease TTL + chargeLeaseMargin            (River re-runs a job only after its lease is gone)
+//
+// River's rescuer may still re-run a job whose worker is alive but slow (a
+// stalled process); that run finds the lease held and snoozes, and even a
+// lost race sends the same idempotency key.
+const (
+	chargeDBAllowance = 30 * time.Second
+	chargeLeaseMargin = 30 * time.Second
+)
+
+// ChargeTimings returns the job timeout, lease TTL and RescueStuckJobsAfter
+// for a Stripe call timeout.
+func ChargeTimings(stripeTimeout time.Duration) (jobTimeout, leaseTTL, rescueAfter time.Duration) {
+	jobTimeout = 2*stripeTimeout + chargeDBAllowance
+	leaseTTL = jobTimeout + chargeLeaseMargin
+	rescueAfter = leaseTTL + chargeLeaseMargin
+	return jobTimeout, leaseTTL, rescueAfter
+}
+
+// Snooze bounds when Stripe says "not now" (429, key in use).
+const (
+	retryLaterSnoozeMin = 2 * time.Second
+	retryLaterSnoozeMax = 20 * time.Second
+)
+
+// errCrash is returned by a crash hook: the run stops there as if the
+// process died, leaving its lease and attempt row as they are.
+var errCrash = errors.New("simulated crash")
+
+// ChargePeriodWorker charges one (customer, period) — DESIGN.md's money path,
+// steps 1 to 5, each step its own transaction in internal/ledger:
+//
+//  1. close the period and find or create its charge (pre-flight);
+//  2. claim the charge's lease, committed before any money moves;
+//  3. (key window reconciliation, a later step);
+//  4. create the PaymentIntent with the charge's idempotency key;
+//  5. record the outcome and complete the job in one transaction.
+type ChargePeriodWorker struct {
+	river.WorkerDefaults[ChargePeriodArgs]
+
+	ledger     *ledger.Ledger
+	stripe     Stripe
+	logger     *slog.Logger
+	jobTimeout time.Duration
+	leaseTTL   time.Duration
+	host       string
+
+	// crashHook, when set (tests only), is called at each crash point and
+	// stops the run there if it returns an error.
+	crashHook func(point string) error
+}
+
+// Crash points of the charge path, in order.
+const (
+	crashAfterClaim     = "after_claim"     // lease committed, Stripe not called
+	crashAfterStripe    = "after_stripe"    // Stripe answered, outcome not written
+	crashBeforeComplete = "before_complete" // outcome written in the open transaction, job not completed
+)
+
+func (w *ChargePeriodWorker) crash(point string) error {
+	if w.crashHook == nil {
+		return nil
+	}
+	return w.crashHook(point)
+}
+
+// Timeout bounds one run; see ChargeTimings.
+func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration { return w.jobTimeout }
+
+// Work runs the charge of job's (customer, period) to an outcome.
+func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
+	actor := fmt.Sprintf("job:%d/%d", job.ID, job.Attempt)
+	logger := w.logger.With(slog.String("customer_id", job.Args.CustomerID), slog.String("period", job.Args.Period),
+		slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))
+
+	// 1. Close + pre-flight.
+	charge, err := w.ledger.PeriodClose(ctx, ledger.PeriodCloseParams{
+		CustomerID: job.Args.CustomerID, Period: job.Args.Period, Actor: actor,
+	})
+	if err != nil {
+		return err
+	}
+	if charge.Status != ledger.ChargePending && charge.Status != ledger.ChargeUnknown {
+		logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", charge.ID), slog.String("status", charge.Status))
+		return nil
+	}
+	if charge.StripePaymentMethodID == nil {
+		if charge, err = w.snapshotPaymentMethod(ctx, charge); err != nil {
+			return err
+		}
+	}
+
+	// 2. Claim.
+	claim, err := w.ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{
+		ChargeID: charge.ID, Owner: w.owner(job), LeaseTTL: w.leaseTTL, JobID: job.ID, JobAttempt: job.Attempt,
+	})
+	var held *ledger.LeaseHeldError
+	if errors.As(err, &held) {
+		wait := max(time.Until(held.Until), time.Second) + jitter(time.Second)
+		logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
+		return river.JobSnooze(wait)
+	}
+	if err != nil {
+		return err
+	}
+	if claim == nil {
+		return nil // settled between pre-flight and claim
+	}
+	if err := w.crash(crashAfterClaim); err != nil {
+		return err
+	}
+
+	// 4. Call Stripe: parameters and key are a pure function of the charge row.
+	pi, err := w.stripe.PaymentIntentCreate(ctx, paymentIntentParams(claim.Charge))
+	outcome := classify(pi, err)
+	if err := w.crash(crashAfterStripe); err != nil {
+		return err
+	}
+
+	// 5. Record the outcome; complete the job in the same transaction.
+	charge, err = w.ledger.ChargeRecordOutcome(ctx, claim, outcome, actor, func(ctx context.Context, tx pgx.Tx) error {
+		if err := w.crash(crashBeforeComplete); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	attrs := []any{slog.Int64("charge_id", charge.ID), slog.String("outcome", outcome.Class),
+		slog.String("status", charge.Status), slog.String("payment_intent", outcome.StripePaymentIntentID),
+		slog.String("stripe_request_id", outcome.StripeRequestID), slog.Int("http_status", outcome.HTTPStatus),
+		slog.String("error_code", outcome.ErrorCode)}
+	switch outcome.Class {
+	case ledger.OutcomeUnknown:
+		logger.WarnContext(ctx, "charge outcome unknown; retrying with the same key", attrs...)
+		return fmt.Errorf("charge %d outcome unknown (%s %s): %s", charge.ID, outcome.ErrorType, outcome.ErrorCode, outcome.ErrorMessage)
+	case ledger.OutcomeError:
+		logger.ErrorContext(ctx, "stripe refused the request; retrying with backoff", attrs...)
+		return fmt.Errorf("charge %d refused by stripe (%d %s): %s", charge.ID, outcome.HTTPStatus, outcome.ErrorCode, outcome.ErrorMessage)
+	case ledger.OutcomeRetryLater:
+		wait := retryLaterSnoozeMin + jitter(retryLaterSnoozeMax-retryLaterSnoozeMin)
+		logger.InfoContext(ctx, "stripe asked to retry later; snoozing", append(attrs, slog.Duration("snooze", wait))...)
+		return river.JobSnooze(wait)
+	case ledger.OutcomeHeld:
+		logger.ErrorContext(ctx, "ALERT charge held: stripe answered what Tally never expects; an operator must look", attrs...)
+	default:
+		logger.InfoContext(ctx, "charge attempted", attrs...)
+	}
+	return nil
+}
+
+// snapshotPaymentMethod stores the Stripe customer's default payment method
+// on a charge whose customer has none registered. With no default either,
+// the charge goes on without one and Stripe's answer fails it.
+func (w *ChargePeriodWorker) snapshotPaymentMethod(ctx context.Context, charge *ledger.Charge) (*ledger.Charge, error) {
+	cust, err := w.stripe.CustomerGet(ctx, charge.StripeCustomerID)
+	if err != nil {
+		o := classify(nil, err)
+		if o.Class == ledger.OutcomeFailed {
+			return charge, nil // e.g. no such customer: the create will fail the charge with Stripe's code
+		}
+		return nil, fmt.Errorf("error looking up default payment method of %s: %w", charge.StripeCustomerID, err)
+	}
+	if cust.InvoiceSettings == nil || cust.InvoiceSettings.DefaultPaymentMethod == nil || cust.InvoiceSettings.DefaultPaymentMethod.ID == "" {
+		return charge, nil
+	}
+	return w.ledger.ChargeSetPaymentMethod(ctx, charge.ID, cust.InvoiceSettings.DefaultPaymentMethod.ID)
+}
+
+// owner names this run uniquely: two runs of the same job attempt (a rescued
+// job whose first run still lives) get different owners.
+func (w *ChargePeriodWorker) owner(job *river.Job[ChargePeriodArgs]) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s/job-%d/%d/%s", w.host, job.ID, job.Attempt, hex.EncodeToString(b))
+}
+
+func jitter(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(mathrand.Int64N(int64(max)))
+}
+
+func hostID() string {
+	h, err := os.Hostname()
+	if err != nil {
+		h = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", h, os.Getpid())
+}

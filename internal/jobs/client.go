@@ -1,0 +1,85 @@
+package jobs
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/schema"
+)
+
+// NewInsertClient returns a River client that inserts jobs but works none,
+// for API-only replicas, billingctl and tests.
+func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: logger,
+		Schema: schema.RiverSchema,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river client: %w", err)
+	}
+	return client, nil
+}
+
+// WorkerConfig configures a worker replica's River client.
+type WorkerConfig struct {
+	// Ledger runs every step of the jobs. Required.
+	Ledger *ledger.Ledger
+
+	// Stripe is the payments API. Required.
+	Stripe Stripe
+
+	// StripeTimeout is the bound on one Stripe call, from which the job
+	// timeout, lease and rescue delay follow (ChargeTimings). Default
+	// StripeTimeoutDefault.
+	StripeTimeout time.Duration
+
+	// Concurrency is the number of charge jobs worked at once. Default 50.
+	Concurrency int
+
+	// Logger receives River's and the workers' logs. Required.
+	Logger *slog.Logger
+
+	// RetryPolicy overrides River's retry backoff (tests).
+	RetryPolicy river.ClientRetryPolicy
+
+	// crashHook is passed to the charge worker (tests only).
+	crashHook func(point string) error
+}
+
+// NewWorkerClient returns a River client that works Tally's queues with every
+// worker registered. Start it to begin working.
+func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx.Tx], error) {
+	if config.StripeTimeout == 0 {
+		config.StripeTimeout = StripeTimeoutDefault
+	}
+	if config.Concurrency == 0 {
+		config.Concurrency = 50
+	}
+	jobTimeout, leaseTTL, rescueAfter := ChargeTimings(config.StripeTimeout)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &ChargePeriodWorker{
+		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger,
+		jobTimeout: jobTimeout, leaseTTL: leaseTTL, host: hostID(), crashHook: config.crashHook,
+	})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: config.Logger,
+		Schema: schema.RiverSchema,
+		Queues: map[string]river.QueueConfig{
+			QueueCharges: {MaxWorkers: config.Concurrency},
+		},
+		Workers:              workers,
+		RescueStuckJobsAfter: rescueAfter,
+		RetryPolicy:          config.RetryPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river worker client: %w", err)
+	}
+	return client, nil
+}

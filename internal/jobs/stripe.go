@@ -1,0 +1,208 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// Stripe is the part of Stripe's API that the charge path uses. StripeAPI
+// implements it with stripe-go against Stripe, the simulator or stripe-mock;
+// tests may fake it.
+type Stripe interface {
+	// PaymentIntentCreate creates (and confirms) a PaymentIntent.
+	PaymentIntentCreate(ctx context.Context, params *stripe.PaymentIntentParams) (*stripe.PaymentIntent, error)
+
+	// CustomerGet retrieves a customer, for its default payment method.
+	CustomerGet(ctx context.Context, id string) (*stripe.Customer, error)
+}
+
+// StripeTimeoutDefault bounds one Stripe call when StripeConfig.Timeout is zero.
+const StripeTimeoutDefault = 30 * time.Second
+
+// StripeConfig configures StripeAPI.
+type StripeConfig struct {
+	// APIKey is the Stripe key (rk_… recommended). Required.
+	APIKey string
+
+	// BaseURL overrides Stripe's API URL (the simulator, stripe-mock).
+	BaseURL string
+
+	// Timeout bounds each call. Default StripeTimeoutDefault.
+	Timeout time.Duration
+
+	// Logger receives stripe-go's own logs at debug level. Default: discarded.
+	Logger *slog.Logger
+}
+
+// StripeAPI is Stripe through stripe-go, with stripe-go's own retries off:
+// every retry goes through River and the charge's attempt log.
+type StripeAPI struct {
+	api     *client.API
+	timeout time.Duration
+}
+
+// NewStripeAPI returns a StripeAPI for config.
+func NewStripeAPI(config StripeConfig) *StripeAPI {
+	if config.Timeout == 0 {
+		config.Timeout = StripeTimeoutDefault
+	}
+	backendConfig := &stripe.BackendConfig{
+		HTTPClient:        &http.Client{Timeout: config.Timeout},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     stripeLogger{config.Logger},
+		EnableTelemetry:   stripe.Bool(false),
+	}
+	if config.BaseURL != "" {
+		backendConfig.URL = stripe.String(config.BaseURL)
+	}
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendConfig)
+	api := &client.API{}
+	api.Init(config.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
+	return &StripeAPI{api: api, timeout: config.Timeout}
+}
+
+// PaymentIntentCreate implements Stripe, bounded by the configured timeout.
+func (s *StripeAPI) PaymentIntentCreate(ctx context.Context, params *stripe.PaymentIntentParams) (*stripe.PaymentIntent, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	params.Context = ctx
+	return s.api.PaymentIntents.New(params)
+}
+
+// CustomerGet implements Stripe, bounded by the configured timeout.
+func (s *StripeAPI) CustomerGet(ctx context.Context, id string) (*stripe.Customer, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	params := &stripe.CustomerParams{}
+	params.Context = ctx
+	return s.api.Customers.Get(id, params)
+}
+
+// paymentIntentParams is the PaymentIntent request of a claimed charge: a
+// pure function of the charge row, so every attempt of a key generation
+// sends identical parameters (Stripe rejects a reused key with others).
+func paymentIntentParams(c *ledger.Charge) *stripe.PaymentIntentParams {
+	params := &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(c.AmountCents),
+		Currency:      stripe.String(c.Currency),
+		Customer:      stripe.String(c.StripeCustomerID),
+		PaymentMethod: c.StripePaymentMethodID,
+		Confirm:       stripe.Bool(true),
+		OffSession:    stripe.Bool(true),
+		Description:   stripe.String(fmt.Sprintf("Usage for %s (%s)", c.Period, c.CustomerID)),
+	}
+	params.AddMetadata("tally_charge_key", c.ChargeKey)
+	params.AddMetadata("customer_id", c.CustomerID)
+	params.AddMetadata("period", c.Period)
+	params.AddMetadata("charge_id", fmt.Sprint(c.ID))
+	params.SetIdempotencyKey(c.IdempotencyKey)
+	return params
+}
+
+// classify turns the result of a PaymentIntent create into the ledger's
+// outcome (DESIGN.md, money path step 5).
+func classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
+	if err == nil {
+		o := ledger.Outcome{StripePaymentIntentID: pi.ID, HTTPStatus: http.StatusOK}
+		if pi.LastResponse != nil {
+			o.StripeRequestID = pi.LastResponse.RequestID
+		}
+		switch pi.Status {
+		case stripe.PaymentIntentStatusSucceeded:
+			o.Class = ledger.OutcomeSucceeded
+			if pi.LatestCharge != nil {
+				o.StripeChargeID = pi.LatestCharge.ID
+			}
+		case stripe.PaymentIntentStatusProcessing:
+			o.Class = ledger.OutcomeProcessing
+		case stripe.PaymentIntentStatusRequiresAction, stripe.PaymentIntentStatusRequiresPaymentMethod,
+			stripe.PaymentIntentStatusCanceled:
+			o.Class = ledger.OutcomeFailed
+			o.ErrorCode = string(pi.Status)
+			if pi.LastPaymentError != nil {
+				o.ErrorCode = string(pi.LastPaymentError.Code)
+				o.ErrorMessage = pi.LastPaymentError.Msg
+			}
+			if o.ErrorCode == "" {
+				o.ErrorCode = string(pi.Status)
+			}
+			if o.ErrorMessage == "" {
+				o.ErrorMessage = "the payment needs the customer: the PaymentIntent is " + string(pi.Status)
+			}
+		default:
+			// requires_confirmation or requires_capture cannot follow
+			// confirm=true with automatic capture: a human must look.
+			o.Class = ledger.OutcomeHeld
+			o.ErrorType = "unexpected_status"
+			o.ErrorCode = string(pi.Status)
+			o.ErrorMessage = "PaymentIntent " + pi.ID + " is " + string(pi.Status)
+		}
+		return o
+	}
+
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		// Timeout, dropped connection, DNS: the request may have been
+		// executed. The same key will tell.
+		return ledger.Outcome{Class: ledger.OutcomeUnknown, ErrorType: "network_error", ErrorMessage: err.Error()}
+	}
+	o := ledger.Outcome{
+		HTTPStatus: se.HTTPStatusCode, StripeRequestID: se.RequestID,
+		ErrorType: string(se.Type), ErrorCode: string(se.Code), ErrorMessage: se.Msg,
+	}
+	if se.DeclineCode != "" {
+		o.ErrorMessage = fmt.Sprintf("%s (decline_code %s)", se.Msg, se.DeclineCode)
+	}
+	if se.PaymentIntent != nil {
+		o.StripePaymentIntentID = se.PaymentIntent.ID
+	}
+	switch {
+	case se.HTTPStatusCode == http.StatusTooManyRequests || se.Code == stripe.ErrorCodeRateLimit:
+		o.Class = ledger.OutcomeRetryLater
+	case se.Code == stripe.ErrorCodeIdempotencyKeyInUse || se.HTTPStatusCode == http.StatusConflict:
+		o.Class = ledger.OutcomeRetryLater
+	case se.Type == stripe.ErrorTypeIdempotency:
+		// Our parameters for this key changed: a bug, never a retry.
+		o.Class = ledger.OutcomeHeld
+	case se.HTTPStatusCode >= 500 || se.Type == stripe.ErrorTypeAPI:
+		o.Class = ledger.OutcomeUnknown
+	case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
+		// Our key is wrong or lacks a permission; nothing was created.
+		o.Class = ledger.OutcomeError
+	case se.Type == stripe.ErrorTypeCard || se.HTTPStatusCode == http.StatusPaymentRequired:
+		o.Class = ledger.OutcomeFailed
+	case se.Type == stripe.ErrorTypeInvalidRequest || se.HTTPStatusCode == http.StatusBadRequest ||
+		se.HTTPStatusCode == http.StatusNotFound:
+		o.Class = ledger.OutcomeFailed
+	default:
+		o.Class = ledger.OutcomeUnknown
+	}
+	if o.Class == ledger.OutcomeFailed && o.ErrorCode == "" {
+		o.ErrorCode = string(se.Type)
+	}
+	return o
+}
+
+// stripeLogger sends stripe-go's logs to slog at debug level: Tally logs
+// each call's outcome itself.
+type stripeLogger struct{ logger *slog.Logger }
+
+func (l stripeLogger) log(format string, v ...any) {
+	if l.logger != nil {
+		l.logger.Debug(fmt.Sprintf(format, v...), slog.String("component", "stripe-go"))
+	}
+}
+
+func (l stripeLogger) Debugf(format string, v ...any) { l.log(format, v...) }
+func (l stripeLogger) Infof(format string, v ...any)  { l.log(format, v...) }
+func (l stripeLogger) Warnf(format string, v ...any)  { l.log(format, v...) }
+func (l stripeLogger) Errorf(format string, v ...any) { l.log(format, v...) }

@@ -1,0 +1,176 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Charge statuses. Terminal ones never change again.
+const (
+	ChargePending    = "pending"    // committed before money moves; a worker may claim it
+	ChargeProcessing = "processing" // Stripe accepted an async payment; a webhook decides
+	ChargeUnknown    = "unknown"    // a call's outcome was lost; resolved by retry, webhook or reconcile
+	ChargeHeld       = "held"       // waits for an operator
+	ChargeSucceeded  = "succeeded"
+	ChargeFailed     = "failed"
+	ChargeSkipped    = "skipped" // the period's total was zero
+	ChargeCanceled   = "canceled"
+)
+
+// ChargeTerminal reports whether status is terminal.
+func ChargeTerminal(status string) bool {
+	switch status {
+	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled:
+		return true
+	}
+	return false
+}
+
+// ChargeKey is the stable identity of the charge of (customerID, period),
+// sent to Stripe as metadata.tally_charge_key.
+func ChargeKey(customerID, period string) string {
+	sum := sha256.Sum256([]byte("tally:charge:v1:" + customerID + ":" + period))
+	return hex.EncodeToString(sum[:])
+}
+
+// ChargeIdempotencyKey is the Stripe idempotency key of generation gen of
+// the charge of (customerID, period).
+func ChargeIdempotencyKey(customerID, period string, gen int) string {
+	sum := sha256.Sum256([]byte("tally:charge:v1:" + customerID + ":" + period + ":" + strconv.Itoa(gen)))
+	return hex.EncodeToString(sum[:])
+}
+
+// Charge is the charge of one (customer, period). Its amount, currency and
+// Stripe customer and payment method are snapshots taken at close, so every
+// retry sends identical parameters.
+type Charge struct {
+	ID                         int64
+	CustomerID                 string
+	Period                     string
+	Status                     string
+	AmountCents                int64
+	Currency                   string
+	EventCount                 int64
+	StripeCustomerID           string
+	StripePaymentMethodID      *string
+	ChargeKey                  string
+	IdempotencyKey             string
+	KeyGeneration              int
+	StripePaymentIntentID      *string
+	StripeChargeID             *string
+	FailureCode                *string
+	FailureMessage             *string
+	HeldReason                 *string
+	ResolvedBy                 *string
+	LeaseOwner                 *string
+	LeaseExpiresAt             *time.Time
+	AttemptCount               int
+	FirstAttemptedAt           *time.Time
+	GenerationFirstAttemptedAt *time.Time
+	LastAttemptedAt            *time.Time
+	CreatedAt                  time.Time
+	UpdatedAt                  time.Time
+}
+
+// Terminal reports whether the charge's status is terminal.
+func (c *Charge) Terminal() bool { return ChargeTerminal(c.Status) }
+
+const chargeColumns = `id, customer_id, period, status, amount_cents, currency, event_count,
+       stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key, key_generation,
+       stripe_payment_intent_id, stripe_charge_id, failure_code, failure_message, held_reason,
+       resolved_by, lease_owner, lease_expires_at, attempt_count, first_attempted_at,
+       generation_first_attempted_at, last_attempted_at, created_at, updated_at`
+
+func scanCharge(row pgx.Row) (*Charge, error) {
+	var c Charge
+	err := row.Scan(&c.ID, &c.CustomerID, &c.Period, &c.Status, &c.AmountCents, &c.Currency, &c.EventCount,
+		&c.StripeCustomerID, &c.StripePaymentMethodID, &c.ChargeKey, &c.IdempotencyKey, &c.KeyGeneration,
+		&c.StripePaymentIntentID, &c.StripeChargeID, &c.FailureCode, &c.FailureMessage, &c.HeldReason,
+		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
+		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func collectCharges(rows pgx.Rows) ([]*Charge, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Charge, error) { return scanCharge(r) })
+}
+
+// chargeGetTx reads the charge of (customerID, period), optionally locking
+// it, or returns ErrNotFound.
+func chargeGetTx(ctx context.Context, tx pgx.Tx, customerID, period string) (*Charge, error) {
+	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
+FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period))
+	if err == pgx.ErrNoRows {
+		return nil, fmt.Errorf("charge of %s/%s %w", customerID, period, ErrNotFound)
+	}
+	return c, err
+}
+
+// ChargeGet returns the charge with id, or ErrNotFound.
+func (l *Ledger) ChargeGet(ctx context.Context, id int64) (*Charge, error) {
+	c, err := scanCharge(l.pool.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, id))
+	if err == pgx.ErrNoRows {
+		return nil, fmt.Errorf("charge %d %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading charge %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// ChargeGetByPeriod returns the charge of (customerID, period), or
+// ErrNotFound when the period has not closed yet.
+func (l *Ledger) ChargeGetByPeriod(ctx context.Context, customerID, period string) (*Charge, error) {
+	var c *Charge
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var err error
+		c, err = chargeGetTx(ctx, tx, customerID, period)
+		return err
+	})
+	return c, err
+}
+
+// transitionTx logs a status change of a charge and who made it.
+func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, from *string, to, actor, reason string) error {
+	var r *string
+	if reason != "" {
+		r = &reason
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
+	if err != nil {
+		return fmt.Errorf("error logging transition of charge %d to %s: %w", chargeID, to, err)
+	}
+	return nil
+}
+
+// ChargeSetPaymentMethod snapshots the payment method of a charge that was
+// created without one (its customer had none registered), once: a charge
+// that already has one keeps it, so every attempt sends the same parameters.
+// It returns the charge as stored.
+func (l *Ledger) ChargeSetPaymentMethod(ctx context.Context, chargeID int64, paymentMethodID string) (*Charge, error) {
+	c, err := scanCharge(l.pool.QueryRow(ctx, `
+WITH updated AS (
+    UPDATE billing.charges SET stripe_payment_method_id = $2, updated_at = $3
+    WHERE id = $1 AND stripe_payment_method_id IS NULL
+    RETURNING `+chargeColumns+`
+)
+SELECT * FROM updated
+UNION ALL
+SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM updated)`,
+		chargeID, paymentMethodID, l.now()))
+	if err != nil {
+		return nil, fmt.Errorf("error setting payment method of charge %d: %w", chargeID, err)
+	}
+	return c, nil
+}

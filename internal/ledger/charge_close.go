@@ -1,0 +1,126 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PeriodCloseParams are the fields of PeriodClose.
+type PeriodCloseParams struct {
+	CustomerID string
+	Period     string
+
+	// Actor is who closes: job:<id>/<attempt> or operator:<key prefix>.
+	Actor string
+
+	// RunChargeJobNow makes the period's charge job available at once (in the
+	// same transaction), for an explicit close before the scheduled time.
+	RunChargeJobNow bool
+}
+
+// PeriodClose closes a period and returns its charge: step 1 of the money
+// path ("close + pre-flight"), in one transaction. It locks the period FOR
+// UPDATE, so it waits for in-flight ingests holding FOR KEY SHARE and every
+// later ingest sees the period closed; marks it closed; and, unless the
+// charge exists already (then it is returned unchanged), sums the period's
+// events and creates the charge: skipped for a zero total, held when above
+// the customer's max_charge_cents, pending otherwise. The charge snapshots
+// the Stripe customer, payment method, amount and currency.
+//
+// It returns ErrNotFound when the period does not exist.
+func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge, error) {
+	var charge *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		var status string
+		var jobID *int64
+		err := tx.QueryRow(ctx, `
+SELECT status, charge_job_id FROM billing.periods
+WHERE customer_id = $1 AND period = $2
+FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("period %s of customer %q %w", p.Period, p.CustomerID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("error locking period: %w", err)
+		}
+		if status == PeriodOpen {
+			if _, err := tx.Exec(ctx, `
+UPDATE billing.periods SET status = 'closed', closed_at = $3
+WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
+				return fmt.Errorf("error closing period: %w", err)
+			}
+		}
+		if p.RunChargeJobNow && jobID != nil {
+			if err := l.config.ChargeScheduler.ChargeJobRunNowTx(ctx, tx, *jobID); err != nil {
+				return err
+			}
+		}
+
+		charge, err = chargeGetTx(ctx, tx, p.CustomerID, p.Period)
+		if err == nil {
+			return nil
+		}
+		if !isNotFound(err) {
+			return fmt.Errorf("error reading charge: %w", err)
+		}
+		charge, err = chargeCreateTx(ctx, tx, p, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error closing period %s/%s: %w", p.CustomerID, p.Period, err)
+	}
+	return charge, nil
+}
+
+// chargeCreateTx sums the closed period and inserts its charge.
+func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, now time.Time) (*Charge, error) {
+	var count, total int64
+	var currency, stripeCustomer string
+	var paymentMethod *string
+	var maxCharge *int64
+	err := tx.QueryRow(ctx, `
+SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.currency,
+       c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents
+FROM billing.periods p
+JOIN billing.customers c ON c.customer_id = p.customer_id
+LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
+WHERE p.customer_id = $1 AND p.period = $2
+GROUP BY p.currency, c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents`,
+		p.CustomerID, p.Period).Scan(&count, &total, &currency, &stripeCustomer, &paymentMethod, &maxCharge)
+	if err != nil {
+		return nil, fmt.Errorf("error summing period: %w", err)
+	}
+
+	status, heldReason := ChargePending, (*string)(nil)
+	switch {
+	case total == 0:
+		status = ChargeSkipped
+	case maxCharge != nil && total > *maxCharge:
+		status = ChargeHeld
+		r := fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", total, *maxCharge)
+		heldReason = &r
+	}
+	charge, err := scanCharge(tx.QueryRow(ctx, `
+INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count,
+                             stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key,
+                             held_reason, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+RETURNING `+chargeColumns,
+		p.CustomerID, p.Period, status, total, currency, count, stripeCustomer, paymentMethod,
+		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), heldReason, now))
+	if err != nil {
+		return nil, fmt.Errorf("error creating charge: %w", err)
+	}
+	reason := fmt.Sprintf("closed with %d events totalling %d %s", count, total, currency)
+	if heldReason != nil {
+		reason = *heldReason
+	}
+	if err := transitionTx(ctx, tx, now, charge.ID, nil, status, p.Actor, reason); err != nil {
+		return nil, err
+	}
+	return charge, nil
+}

@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Outcome classes of one Stripe call (DESIGN.md, money path step 5).
+const (
+	OutcomeSucceeded  = "succeeded"   // the PaymentIntent succeeded
+	OutcomeProcessing = "processing"  // accepted, settles later; a webhook decides
+	OutcomeFailed     = "failed"      // declined, authentication required, invalid request: final
+	OutcomeUnknown    = "unknown"     // timeout, network error, 5xx: money may have moved
+	OutcomeRetryLater = "retry_later" // 429 or idempotency_key_in_use: nothing happened, try again soon
+	OutcomeHeld       = "held"        // idempotency_error or another impossible answer: a human must look
+	OutcomeError      = "error"       // refused before anything happened (bad API key, …): retry with backoff
+)
+
+// Outcome is what one Stripe call returned, as the ledger records it.
+type Outcome struct {
+	Class                 string
+	StripePaymentIntentID string
+	StripeChargeID        string
+	HTTPStatus            int
+	StripeRequestID       string
+	ErrorType             string
+	ErrorCode             string
+	ErrorMessage          string
+}
+
+// ErrLeaseLost is returned by ChargeRecordOutcome when the caller no longer
+// holds the charge's lease: another run took over and will record the same
+// Stripe result, which the shared idempotency key guarantees.
+var ErrLeaseLost = errors.New("charge lease lost")
+
+// ChargeRecordOutcome is step 5 of the money path. In one transaction it
+// finishes the claim's attempt row, moves the charge by the outcome's class
+// (succeeded, processing, failed, unknown, held; retry_later and error keep
+// its status), releases the lease, logs the transition with actor, and, when
+// the job's work is done (every class but unknown, retry_later and error),
+// runs done in the same transaction — the worker completes its River job
+// there, so the outcome and the job's completion commit together.
+//
+// It returns ErrLeaseLost, writing nothing, when claim's lease was taken
+// over.
+func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+	var charge *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		var status string
+		var owner *string
+		err := tx.QueryRow(ctx, `SELECT status, lease_owner FROM billing.charges WHERE id = $1 FOR UPDATE`,
+			claim.Charge.ID).Scan(&status, &owner)
+		if err != nil {
+			return fmt.Errorf("error locking charge: %w", err)
+		}
+		if owner == nil || *owner != claim.Owner || (status != ChargePending && status != ChargeUnknown) {
+			return ErrLeaseLost
+		}
+
+		tag, err := tx.Exec(ctx, `
+UPDATE billing.charge_attempts
+SET finished_at = $2, outcome = $3, http_status = $4, stripe_request_id = $5,
+    stripe_payment_intent_id = $6, error_type = $7, error_code = $8, error_message = $9
+WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o.HTTPStatus),
+			nullString(o.StripeRequestID), nullString(o.StripePaymentIntentID), nullString(o.ErrorType),
+			nullString(o.ErrorCode), nullString(o.ErrorMessage))
+		if err != nil {
+			return fmt.Errorf("error finishing attempt: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("attempt %d is already finished", claim.AttemptID)
+		}
+
+		next := status
+		var resolvedBy, failureCode, failureMessage, heldReason *string
+		switch o.Class {
+		case OutcomeSucceeded, OutcomeFailed:
+			next = o.Class
+			resolvedBy = ptr("stripe_response")
+		case OutcomeProcessing, OutcomeUnknown:
+			next = o.Class
+		case OutcomeHeld:
+			next = ChargeHeld
+			heldReason = ptr(fmt.Sprintf("stripe answered %s %s: %s", o.ErrorType, o.ErrorCode, o.ErrorMessage))
+		case OutcomeRetryLater, OutcomeError:
+		default:
+			return fmt.Errorf("unknown outcome class %q", o.Class)
+		}
+		if o.Class == OutcomeFailed {
+			failureCode = nullString(o.ErrorCode)
+			failureMessage = nullString(o.ErrorMessage)
+		}
+		charge, err = scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET status = $2,
+    stripe_payment_intent_id = coalesce($3, stripe_payment_intent_id),
+    stripe_charge_id = coalesce($4, stripe_charge_id),
+    failure_code = coalesce($5, failure_code),
+    failure_message = coalesce($6, failure_message),
+    held_reason = coalesce($7, held_reason),
+    resolved_by = coalesce($8, resolved_by),
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = $9
+WHERE id = $1
+RETURNING `+chargeColumns, claim.Charge.ID, next, nullString(o.StripePaymentIntentID),
+			nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, resolvedBy, now))
+		if err != nil {
+			return fmt.Errorf("error recording outcome: %w", err)
+		}
+		if next != status {
+			reason := o.ErrorCode
+			if o.StripePaymentIntentID != "" {
+				reason = "payment_intent " + o.StripePaymentIntentID + " " + reason
+			}
+			if err := transitionTx(ctx, tx, now, charge.ID, &status, next, actor, reason); err != nil {
+				return err
+			}
+		}
+		switch o.Class {
+		case OutcomeUnknown, OutcomeRetryLater, OutcomeError:
+			return nil
+		}
+		if done != nil {
+			return done(ctx, tx)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error recording outcome of charge %d: %w", claim.Charge.ID, err)
+	}
+	return charge, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}

@@ -1,0 +1,98 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Customer is a billable customer, keyed by the producer's own id.
+type Customer struct {
+	ID                    string
+	StripeCustomerID      string
+	StripePaymentMethodID *string
+	Currency              string
+	MaxChargeCents        *int64
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+}
+
+// CustomerPutParams are the fields of CustomerPut.
+type CustomerPutParams struct {
+	ID                    string
+	StripeCustomerID      string
+	StripePaymentMethodID *string // optional; nil: the Stripe customer's default payment method
+	Currency              string  // ISO 4217, case-insensitive; stored lower-case
+	MaxChargeCents        *int64  // optional cap per period; nil: none
+}
+
+func (p *CustomerPutParams) validate() error {
+	fe := fieldErrors{}
+	checkID(fe, "customer_id", p.ID, true)
+	checkID(fe, "stripe_customer_id", p.StripeCustomerID, true)
+	if p.StripePaymentMethodID != nil {
+		checkID(fe, "stripe_payment_method_id", *p.StripePaymentMethodID, true)
+	}
+	checkCurrency(fe, "currency", p.Currency)
+	if m := p.MaxChargeCents; m != nil && (*m <= 0 || *m > AmountCentsMax) {
+		fe.add("max_charge_cents", "must be between 1 and %d, or omitted for no cap", AmountCentsMax)
+	}
+	return fe.err()
+}
+
+const customerColumns = `customer_id, stripe_customer_id, stripe_payment_method_id, currency,
+       max_charge_cents, created_at, updated_at`
+
+func scanCustomer(row pgx.Row, extra ...any) (*Customer, error) {
+	var c Customer
+	dest := append([]any{&c.ID, &c.StripeCustomerID, &c.StripePaymentMethodID, &c.Currency,
+		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// CustomerPut creates the customer or replaces its fields, and reports
+// whether it was created. A currency change applies to periods created
+// afterwards; open periods keep the currency they started with. It returns a
+// *ValidationError for bad fields.
+func (l *Ledger) CustomerPut(ctx context.Context, p CustomerPutParams) (*Customer, bool, error) {
+	p.Currency = strings.ToLower(p.Currency)
+	if err := p.validate(); err != nil {
+		return nil, false, err
+	}
+	var created bool
+	c, err := scanCustomer(l.pool.QueryRow(ctx, `
+INSERT INTO billing.customers AS c (customer_id, stripe_customer_id, stripe_payment_method_id,
+                                    currency, max_charge_cents, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $6)
+ON CONFLICT (customer_id) DO UPDATE
+SET stripe_customer_id = excluded.stripe_customer_id,
+    stripe_payment_method_id = excluded.stripe_payment_method_id,
+    currency = excluded.currency,
+    max_charge_cents = excluded.max_charge_cents,
+    updated_at = excluded.updated_at
+RETURNING `+customerColumns+`, (xmax = 0)`,
+		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now()), &created)
+	if err != nil {
+		return nil, false, fmt.Errorf("error saving customer %s: %w", p.ID, err)
+	}
+	return c, created, nil
+}
+
+// CustomerGet returns the customer, or ErrNotFound.
+func (l *Ledger) CustomerGet(ctx context.Context, id string) (*Customer, error) {
+	c, err := scanCustomer(l.pool.QueryRow(ctx, `SELECT `+customerColumns+`
+FROM billing.customers WHERE customer_id = $1`, id))
+	if err == pgx.ErrNoRows {
+		return nil, fmt.Errorf("customer %q %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading customer %s: %w", id, err)
+	}
+	return c, nil
+}

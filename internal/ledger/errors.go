@@ -1,0 +1,86 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ErrNotFound is returned when the requested customer, period, charge or API
+// key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnauthenticated is returned by APIKeyAuthenticate for an unknown or
+// revoked key.
+var ErrUnauthenticated = errors.New("invalid or revoked API key")
+
+// ValidationError reports input that breaks a rule, field by field. Fields
+// are named as in the HTTP API's JSON (customer_id, amount_cents, …), and
+// each message says what to send instead. Nothing was written.
+type ValidationError struct {
+	Fields map[string]string
+}
+
+func (e *ValidationError) Error() string {
+	keys := make([]string, 0, len(e.Fields))
+	for k := range e.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+": "+e.Fields[k])
+	}
+	return "invalid input: " + strings.Join(parts, "; ")
+}
+
+// fieldErrors collects validation messages; err returns nil when there are
+// none.
+type fieldErrors map[string]string
+
+func (f fieldErrors) add(field, format string, args ...any) {
+	if _, ok := f[field]; !ok {
+		f[field] = fmt.Sprintf(format, args...)
+	}
+}
+
+func (f fieldErrors) err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return &ValidationError{Fields: f}
+}
+
+// Conflict codes, stable strings that clients may switch on.
+const (
+	// ConflictIdempotency: the event_id was already used with a different
+	// payload. Send a new event_id, or the original payload unchanged.
+	ConflictIdempotency = "idempotency_conflict"
+
+	// ConflictPeriodClosed: the event's billing period is closed (or past
+	// its close time) and its charge is computed; the event cannot be added.
+	ConflictPeriodClosed = "period_closed"
+)
+
+// ConflictError reports a request that is valid on its own but conflicts with
+// what the ledger already holds. Nothing was written.
+type ConflictError struct {
+	Code   string
+	Detail string
+}
+
+func (e *ConflictError) Error() string { return e.Code + ": " + e.Detail }
+
+// BatchError reports a rejected batch: the errors of each failing item by its
+// index in the request (each a *ValidationError or *ConflictError). Nothing
+// of the batch was written.
+type BatchError struct {
+	Items map[int]error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("batch rejected: %d of its items failed", len(e.Items))
+}
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

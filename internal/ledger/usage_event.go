@@ -1,0 +1,382 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// OccurredAtFutureMax is how far in the future an event's occurred_at may be
+// (clock skew between producer and Tally).
+const OccurredAtFutureMax = 5 * time.Minute
+
+// UsageEventBatchMax is the most events one batch may hold.
+const UsageEventBatchMax = 1000
+
+// UsageEventParams is one usage event as a producer posts it.
+type UsageEventParams struct {
+	CustomerID  string
+	EventID     string // the producer's idempotency key, unique per customer
+	AmountCents int64  // priced by the producer, in minor units of the period's currency
+	Currency    string // optional; must equal the period's currency when given
+	Quantity    *int64 // optional
+	Metric      string // optional
+	Properties  json.RawMessage
+	OccurredAt  *time.Time // optional; default: now
+}
+
+// UsageEvent is a stored usage event.
+type UsageEvent struct {
+	ID          int64
+	CustomerID  string
+	EventID     string
+	Period      string
+	AmountCents int64
+	Currency    string
+	Quantity    *int64
+	Metric      *string
+	Properties  json.RawMessage
+	OccurredAt  time.Time
+	ReceivedAt  time.Time
+}
+
+// UsageEventResult is the outcome of recording one event: the stored event,
+// and whether it had been recorded before with the same payload (a replay).
+type UsageEventResult struct {
+	Event  *UsageEvent
+	Replay bool
+}
+
+// preparedEvent is a validated event with its canonical payload hash.
+type preparedEvent struct {
+	UsageEventParams
+	index       int
+	hash        []byte
+	properties  []byte
+	occurredAt  time.Time
+	periodBound Bounds
+
+	// periodCurrency is set once the period is found open.
+	periodCurrency string
+}
+
+// prepare validates p against now and computes its hash and period.
+func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, error) {
+	fe := fieldErrors{}
+	checkID(fe, "customer_id", p.CustomerID, true)
+	checkID(fe, "event_id", p.EventID, true)
+	if p.AmountCents <= 0 || p.AmountCents > AmountCentsMax {
+		fe.add("amount_cents", "must be a whole number of minor units between 1 and %d; got %d", AmountCentsMax, p.AmountCents)
+	}
+	p.Currency = strings.ToLower(p.Currency)
+	if p.Currency != "" {
+		checkCurrency(fe, "currency", p.Currency)
+	}
+	if p.Quantity != nil && *p.Quantity < 0 {
+		fe.add("quantity", "must not be negative")
+	}
+	checkID(fe, "metric", p.Metric, false)
+
+	props := []byte("{}")
+	if len(bytes.TrimSpace(p.Properties)) > 0 && !bytes.Equal(bytes.TrimSpace(p.Properties), []byte("null")) {
+		var obj map[string]any
+		dec := json.NewDecoder(bytes.NewReader(p.Properties))
+		dec.UseNumber()
+		if err := dec.Decode(&obj); err != nil || obj == nil {
+			fe.add("properties", "must be a JSON object")
+		} else if props, err = json.Marshal(obj); err != nil { // canonical: sorted keys
+			fe.add("properties", "must be a JSON object")
+		}
+	}
+
+	occurredAt := now
+	if p.OccurredAt != nil {
+		occurredAt = p.OccurredAt.UTC().Truncate(time.Microsecond)
+		if occurredAt.After(now.Add(OccurredAtFutureMax)) {
+			fe.add("occurred_at", "is %s in the future; send a time at most %s ahead of now (%s)",
+				occurredAt.Sub(now).Round(time.Second), OccurredAtFutureMax, now.Format(time.RFC3339))
+		}
+	}
+	if err := fe.err(); err != nil {
+		return nil, err
+	}
+
+	// The hash covers the payload as sent (an omitted occurred_at or currency
+	// stays omitted), so an exact re-post always matches.
+	sent := ""
+	if p.OccurredAt != nil {
+		sent = occurredAt.Format(time.RFC3339Nano)
+	}
+	canonical, _ := json.Marshal(struct {
+		CustomerID  string          `json:"customer_id"`
+		EventID     string          `json:"event_id"`
+		AmountCents int64           `json:"amount_cents"`
+		Currency    string          `json:"currency"`
+		Quantity    *int64          `json:"quantity"`
+		Metric      string          `json:"metric"`
+		Properties  json.RawMessage `json:"properties"`
+		OccurredAt  string          `json:"occurred_at"`
+	}{p.CustomerID, p.EventID, p.AmountCents, p.Currency, p.Quantity, p.Metric, props, sent})
+	sum := sha256.Sum256(canonical)
+
+	return &preparedEvent{
+		UsageEventParams: p,
+		hash:             sum[:],
+		properties:       props,
+		occurredAt:       occurredAt,
+		periodBound:      l.config.Cadence.Bounds(occurredAt),
+	}, nil
+}
+
+// UsageEventRecord records one usage event; see UsageEventRecordBatch for the
+// rules. It returns a *ValidationError or *ConflictError (not a BatchError)
+// when the event is rejected.
+func (l *Ledger) UsageEventRecord(ctx context.Context, p UsageEventParams) (*UsageEventResult, error) {
+	results, err := l.UsageEventRecordBatch(ctx, []UsageEventParams{p})
+	var batchErr *BatchError
+	if errors.As(err, &batchErr) {
+		return nil, batchErr.Items[0]
+	}
+	if err != nil {
+		return nil, err
+	}
+	return results[0], nil
+}
+
+// UsageEventRecordBatch records events all-or-nothing in one transaction and
+// returns one result per event, in order.
+//
+// For each event: an event_id already stored for the customer with the same
+// payload is a replay (returned as stored, nothing written), with a different
+// payload an idempotency_conflict. Otherwise the customer must exist, the
+// event's period (derived from occurred_at) must be open and before its close
+// time, and the currency must match the period's. The first event of a period
+// creates the period row and inserts its charge job in the same transaction.
+// The period row is held FOR KEY SHARE while events are inserted, so a
+// concurrent close (FOR UPDATE) either sees the event or makes it fail with
+// period_closed.
+//
+// When any event fails, nothing is written and a *BatchError gives the error
+// of each failing index. It returns a *ValidationError (field "events") when
+// the batch is empty or holds more than UsageEventBatchMax events.
+func (l *Ledger) UsageEventRecordBatch(ctx context.Context, params []UsageEventParams) ([]*UsageEventResult, error) {
+	if len(params) == 0 || len(params) > UsageEventBatchMax {
+		return nil, &ValidationError{Fields: map[string]string{
+			"events": fmt.Sprintf("must hold between 1 and %d events; got %d", UsageEventBatchMax, len(params)),
+		}}
+	}
+	now := l.now()
+	events := make([]*preparedEvent, len(params))
+	itemErrs := map[int]error{}
+	for i, p := range params {
+		ev, err := l.prepare(p, now)
+		if err != nil {
+			itemErrs[i] = err
+			continue
+		}
+		ev.index = i
+		events[i] = ev
+	}
+	valid := make([]*preparedEvent, 0, len(events))
+	for _, ev := range events {
+		if ev != nil {
+			valid = append(valid, ev)
+		}
+	}
+
+	// Valid items are checked against the ledger even when others failed
+	// validation, so the caller learns every problem at once; the transaction
+	// then rolls back.
+	var results []*UsageEventResult
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		found, dbErrs, err := l.recordTx(ctx, tx, now, len(events), valid)
+		if err != nil {
+			return err
+		}
+		for i, e := range dbErrs {
+			itemErrs[i] = e
+		}
+		if len(itemErrs) > 0 {
+			return errRollback
+		}
+		results = found
+		return nil
+	})
+	if errors.Is(err, errRollback) {
+		return nil, &BatchError{Items: itemErrs}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error recording %d usage events: %w", len(events), err)
+	}
+	return results, nil
+}
+
+// errRollback makes withTx roll back a transaction whose items failed.
+var errRollback = errors.New("rollback")
+
+// recordTx records events (a batch of n, by index) in tx in three steps that keep lock order stable
+// across concurrent batches (periods sorted, then events sorted), so two
+// batches never deadlock each other:
+//  1. find events already stored (replays and conflicts);
+//  2. for each (customer, period) of the new events, in sorted order: check
+//     the customer, create the period and its charge job when missing, and
+//     lock the period FOR KEY SHARE, requiring it open;
+//  3. insert the new events in (customer, event_id) order with ON CONFLICT DO
+//     NOTHING; a conflict (a concurrent insert, or a duplicate in this batch)
+//     is compared by payload hash.
+func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, now time.Time, n int, events []*preparedEvent) ([]*UsageEventResult, map[int]error, error) {
+	results := make([]*UsageEventResult, n)
+	itemErrs := map[int]error{}
+
+	stored, err := usageEventsFind(ctx, tx, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fresh []*preparedEvent
+	for _, ev := range events {
+		if s, ok := stored[eventKey{ev.CustomerID, ev.EventID}]; ok {
+			results[ev.index], itemErrs[ev.index] = compareStored(ev, s)
+			continue
+		}
+		fresh = append(fresh, ev)
+	}
+
+	sort.SliceStable(fresh, func(i, j int) bool {
+		a, b := fresh[i], fresh[j]
+		if a.CustomerID != b.CustomerID {
+			return a.CustomerID < b.CustomerID
+		}
+		return a.EventID < b.EventID
+	})
+
+	periodErrs, err := l.periodsOpenTx(ctx, tx, now, fresh)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	for _, ev := range fresh {
+		if perr, ok := periodErrs[periodKey{ev.CustomerID, ev.periodBound.Label}]; ok {
+			itemErrs[ev.index] = perr
+			continue
+		}
+		if ev.Currency != "" && ev.Currency != ev.periodCurrency {
+			itemErrs[ev.index] = &ValidationError{Fields: map[string]string{"currency": fmt.Sprintf(
+				"must be %q, the currency of period %s of customer %s; send %q or omit currency",
+				ev.periodCurrency, ev.periodBound.Label, ev.CustomerID, ev.periodCurrency)}}
+			continue
+		}
+		inserted, err := usageEventInsert(ctx, tx, now, ev)
+		if err != nil {
+			return nil, nil, err
+		}
+		if inserted != nil {
+			results[ev.index] = &UsageEventResult{Event: inserted}
+			continue
+		}
+		s, err := usageEventsFind(ctx, tx, []*preparedEvent{ev})
+		if err != nil {
+			return nil, nil, err
+		}
+		results[ev.index], itemErrs[ev.index] = compareStored(ev, s[eventKey{ev.CustomerID, ev.EventID}])
+	}
+	for i, err := range itemErrs {
+		if err == nil {
+			delete(itemErrs, i)
+		}
+	}
+	return results, itemErrs, nil
+}
+
+type eventKey struct{ customerID, eventID string }
+
+type periodKey struct{ customerID, period string }
+
+type storedEvent struct {
+	event *UsageEvent
+	hash  []byte
+}
+
+func compareStored(ev *preparedEvent, s storedEvent) (*UsageEventResult, error) {
+	if s.event == nil {
+		// Unreachable: a conflicting row is visible once its insert committed.
+		return nil, fmt.Errorf("event %s/%s conflicted but is not visible", ev.CustomerID, ev.EventID)
+	}
+	if !bytes.Equal(s.hash, ev.hash) {
+		return nil, &ConflictError{Code: ConflictIdempotency, Detail: fmt.Sprintf(
+			"event_id %q of customer %s was already recorded with a different payload; "+
+				"send the original payload to replay it, or use a new event_id for a new event",
+			ev.EventID, ev.CustomerID)}
+	}
+	return &UsageEventResult{Event: s.event, Replay: true}, nil
+}
+
+const usageEventColumns = `id, customer_id, event_id, period, amount_cents, currency, quantity, metric,
+       properties, occurred_at, received_at, payload_hash`
+
+func scanUsageEvent(row pgx.Row) (storedEvent, error) {
+	var e UsageEvent
+	var hash []byte
+	err := row.Scan(&e.ID, &e.CustomerID, &e.EventID, &e.Period, &e.AmountCents, &e.Currency,
+		&e.Quantity, &e.Metric, &e.Properties, &e.OccurredAt, &e.ReceivedAt, &hash)
+	if err != nil {
+		return storedEvent{}, err
+	}
+	return storedEvent{event: &e, hash: hash}, nil
+}
+
+// usageEventsFind returns the stored events among events' (customer, event_id).
+func usageEventsFind(ctx context.Context, tx pgx.Tx, events []*preparedEvent) (map[eventKey]storedEvent, error) {
+	customers := make([]string, len(events))
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		customers[i], ids[i] = ev.CustomerID, ev.EventID
+	}
+	rows, err := tx.Query(ctx, `
+SELECT `+usageEventColumns+`
+FROM billing.usage_events
+WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, customers, ids)
+	if err != nil {
+		return nil, fmt.Errorf("error finding stored events: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) { return scanUsageEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("error finding stored events: %w", err)
+	}
+	m := make(map[eventKey]storedEvent, len(found))
+	for _, s := range found {
+		m[eventKey{s.event.CustomerID, s.event.EventID}] = s
+	}
+	return m, nil
+}
+
+// usageEventInsert inserts ev and returns it, or nil when its (customer,
+// event_id) is already taken.
+func usageEventInsert(ctx context.Context, tx pgx.Tx, now time.Time, ev *preparedEvent) (*UsageEvent, error) {
+	var metric *string
+	if ev.Metric != "" {
+		metric = &ev.Metric
+	}
+	s, err := scanUsageEvent(tx.QueryRow(ctx, `
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
+                                  metric, properties, occurred_at, received_at, payload_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (customer_id, event_id) DO NOTHING
+RETURNING `+usageEventColumns,
+		ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.AmountCents, ev.periodCurrency, ev.Quantity,
+		metric, ev.properties, ev.occurredAt, now, ev.hash))
+	if err == pgx.ErrNoRows {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error inserting event %s/%s: %w", ev.CustomerID, ev.EventID, err)
+	}
+	return s.event, nil
+}
