@@ -70,6 +70,10 @@ type ChargePeriodWorker struct {
 	leaseTTL   time.Duration
 	host       string
 
+	// retryLaterMin and retryLaterMax bound the jittered snooze after 429
+	// or idempotency_key_in_use.
+	retryLaterMin, retryLaterMax time.Duration
+
 	// crashHook, when set (tests only), is called at each crash point and
 	// stops the run there if it returns an error.
 	crashHook func(point string) error
@@ -165,7 +169,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		logger.ErrorContext(ctx, "stripe refused the request; retrying with backoff", attrs...)
 		return fmt.Errorf("charge %d refused by stripe (%d %s): %s", charge.ID, outcome.HTTPStatus, outcome.ErrorCode, outcome.ErrorMessage)
 	case ledger.OutcomeRetryLater:
-		wait := retryLaterSnoozeMin + jitter(retryLaterSnoozeMax-retryLaterSnoozeMin)
+		wait := w.retryLaterMin + jitter(w.retryLaterMax-w.retryLaterMin)
 		logger.InfoContext(ctx, "stripe asked to retry later; snoozing", append(attrs, slog.Duration("snooze", wait))...)
 		return river.JobSnooze(wait)
 	case ledger.OutcomeHeld:

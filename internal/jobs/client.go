@@ -51,6 +51,9 @@ type WorkerConfig struct {
 
 	// crashHook is passed to the charge worker (tests only).
 	crashHook func(point string) error
+
+	// retryLaterSnooze, when set (tests only), replaces the 429 snooze bounds.
+	retryLaterSnooze time.Duration
 }
 
 // NewWorkerClient returns a River client that works Tally's queues with every
@@ -63,11 +66,16 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 		config.Concurrency = 50
 	}
 	jobTimeout, leaseTTL, rescueAfter := ChargeTimings(config.StripeTimeout)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &ChargePeriodWorker{
+	worker := &ChargePeriodWorker{
 		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger,
 		jobTimeout: jobTimeout, leaseTTL: leaseTTL, host: hostID(), crashHook: config.crashHook,
-	})
+		retryLaterMin: retryLaterSnoozeMin, retryLaterMax: retryLaterSnoozeMax,
+	}
+	if config.retryLaterSnooze > 0 {
+		worker.retryLaterMin, worker.retryLaterMax = config.retryLaterSnooze, config.retryLaterSnooze
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: config.Logger,
 		Schema: schema.RiverSchema,

@@ -1,0 +1,466 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/jobs"
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/stripesim"
+)
+
+// waitTimeout bounds every wait for the workers; it is a safety net, never
+// an assertion about speed.
+const waitTimeout = 90 * time.Second
+
+type testBundle struct {
+	*ledgertest.Bundle
+	sim           *stripesim.Server
+	stripe        *jobs.StripeAPI
+	stripeTimeout time.Duration
+	worker        *river.Client[pgx.Tx]
+	crash         *crashOnce
+}
+
+// crashOnce makes the worker "die" once at one crash point.
+type crashOnce struct {
+	mu      sync.Mutex
+	point   string
+	crashed bool
+}
+
+func (c *crashOnce) hook(point string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.point == point && !c.crashed {
+		c.crashed = true
+		return jobs.ErrCrash
+	}
+	return nil
+}
+
+func (c *crashOnce) done() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashed
+}
+
+// fastRetry retries a failed job after 100 ms instead of River's backoff.
+type fastRetry struct{}
+
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time {
+	return time.Now().Add(100 * time.Millisecond)
+}
+
+type setupOpts struct {
+	crashAt       string
+	stripeTimeout time.Duration
+}
+
+func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
+	t.Helper()
+	ctx := context.Background()
+	b := ledgertest.New(t, ledger.Config{})
+	sim := stripesim.New(stripesim.Config{})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	if opts.stripeTimeout == 0 {
+		opts.stripeTimeout = 5 * time.Second
+	}
+	stripe := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
+	crash := &crashOnce{point: opts.crashAt}
+	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash}
+	bundle.worker = bundle.startWorker(t, ctx)
+	return ctx, bundle
+}
+
+// startWorker starts one worker replica (a River client working the charge
+// queue) and stops it when the test ends.
+func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Client[pgx.Tx] {
+	t.Helper()
+	config := jobs.WorkerConfig{
+		Ledger: b.Ledger, Stripe: b.stripe, StripeTimeout: b.stripeTimeout, Concurrency: 10,
+		Logger: b.Logger, RetryPolicy: fastRetry{},
+	}
+	jobs.SetCrashHook(&config, b.crash.hook)
+	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)
+	client, err := jobs.NewWorkerClient(b.Pool, config)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(stopCtx)
+	})
+	return client
+}
+
+// customerWithEvents creates customer id with one event per amount in the
+// current (November 2026) period and returns the period's total.
+func (b *testBundle) customerWithEvents(t *testing.T, ctx context.Context, id string, amounts ...int64) int64 {
+	t.Helper()
+	b.Customer(t, id)
+	var total int64
+	for i, a := range amounts {
+		_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{
+			CustomerID: id, EventID: fmt.Sprintf("%s-ev-%d", id, i), AmountCents: a,
+		})
+		require.NoError(t, err)
+		total += a
+	}
+	return total
+}
+
+// closeNow closes the period as an operator does, making its job run now.
+func (b *testBundle) closeNow(t *testing.T, ctx context.Context, customerID string) *ledger.Charge {
+	t.Helper()
+	c, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{
+		CustomerID: customerID, Period: "2026-11", Actor: "operator:test", RunChargeJobNow: true,
+	})
+	require.NoError(t, err)
+	return c
+}
+
+// waitCharge polls the charge until cond holds.
+func (b *testBundle) waitCharge(t *testing.T, ctx context.Context, customerID string, cond func(c *ledger.Charge) bool) *ledger.Charge {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		c, err := b.Ledger.ChargeGetByPeriod(ctx, customerID, "2026-11")
+		if !errors.Is(err, ledger.ErrNotFound) {
+			require.NoError(t, err)
+		}
+		if c != nil && cond(c) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("charge of %s never reached the expected state; last: %+v", customerID, c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func statusIs(status string) func(c *ledger.Charge) bool {
+	return func(c *ledger.Charge) bool { return c.Status == status }
+}
+
+// waitJobsFinalized waits until no charge job of the test is left to run.
+func (b *testBundle) waitJobsFinalized(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND finalized_at IS NULL AND scheduled_at < now() + interval '1 day'`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("charge jobs never finished")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// paymentIntents returns the PaymentIntents the simulator created for a
+// Stripe customer.
+func (b *testBundle) paymentIntents(stripeCustomer string) []string {
+	var ids []string
+	for _, pi := range b.sim.PaymentIntentList() {
+		if pi.Customer != nil && pi.Customer.ID == stripeCustomer {
+			ids = append(ids, pi.ID)
+		}
+	}
+	return ids
+}
+
+func (b *testBundle) fault(t *testing.T, f stripesim.Fault) {
+	t.Helper()
+	require.NoError(t, b.sim.FaultAdd(f))
+}
+
+// attempts returns the outcome of each Stripe call logged for the charge
+// ("" for a call whose worker died before recording it).
+func (b *testBundle) attempts(t *testing.T, ctx context.Context, chargeID int64) []string {
+	t.Helper()
+	rows, err := b.Pool.Query(ctx, `SELECT coalesce(outcome, '') FROM billing.charge_attempts WHERE charge_id = $1 ORDER BY id`, chargeID)
+	require.NoError(t, err)
+	outcomes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return outcomes
+}
+
+// expireLeases moves the ledger clock past any lease, as time passing after
+// a worker's death would.
+func (b *testBundle) expireLeases() {
+	_, leaseTTL, _ := jobs.ChargeTimings(b.stripeTimeout)
+	b.Clock.Advance(leaseTTL + time.Second)
+}
+
+func TestChargePeriodWorker(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AuthenticationRequiredFails", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 500)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindAuthenticationRequired})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeFailed))
+		require.Equal(t, "authentication_required", *c.FailureCode)
+		b.waitJobsFinalized(t)
+		require.Equal(t, []string{"failed"}, b.attempts(t, ctx, c.ID))
+	})
+
+	t.Run("CrashAfterClaimBeforeStripe", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterClaim})
+		total := b.customerWithEvents(t, ctx, "acme", 100, 250)
+		b.closeNow(t, ctx, "acme")
+		// The dead run's lease blocks every retry until it expires.
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.LeaseOwner != nil })
+		require.Empty(t, b.paymentIntents("cus_acme"))
+		b.expireLeases()
+
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		pis := b.paymentIntents("cus_acme")
+		require.Len(t, pis, 1)
+		require.Equal(t, pis[0], *c.StripePaymentIntentID)
+		require.Equal(t, total, c.AmountCents)
+		require.Equal(t, []string{"", "succeeded"}, b.attempts(t, ctx, c.ID))
+		b.waitJobsFinalized(t)
+	})
+
+	t.Run("CrashAfterStripeBeforeOutcome", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterStripe})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() })
+		require.Len(t, b.paymentIntents("cus_acme"), 1, "the PaymentIntent exists, the ledger does not know it yet")
+		b.expireLeases()
+
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+		require.Equal(t, 1, b.sim.Stats().IdempotentReplays, "the retry got Stripe's stored answer")
+		require.Equal(t, []string{"", "succeeded"}, b.attempts(t, ctx, c.ID))
+	})
+
+	t.Run("CrashBeforeJobCompletion", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashBeforeComplete})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() })
+		// The outcome and the job completion share a transaction: both rolled back.
+		c, err := b.Ledger.ChargeGet(ctx, charge.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePending, c.Status)
+		b.expireLeases()
+
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Len(t, b.paymentIntents("cus_acme"), 1)
+		b.waitJobsFinalized(t)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state = 'completed'`))
+	})
+
+	t.Run("Decline", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 500)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindDecline, DeclineCode: "insufficient_funds"})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeFailed))
+		require.Equal(t, "card_declined", *c.FailureCode)
+		require.Contains(t, *c.FailureMessage, "insufficient_funds")
+		b.waitJobsFinalized(t)
+		require.Equal(t, []string{"failed"}, b.attempts(t, ctx, c.ID), "a decline is final: no retry")
+	})
+
+	t.Run("DropAfterCreateRetriesWithSameKey", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 700)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindDropAfterCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+		require.Equal(t, 1, b.sim.Stats().IdempotentReplays, "the retry got the stored success")
+		// Go's http.Transport itself retries a request carrying an
+		// Idempotency-Key when a reused connection breaks before any answer,
+		// so the drop may surface as an unknown attempt or be retried inside
+		// the first one: with the same key either way.
+		attempts := b.attempts(t, ctx, c.ID)
+		require.Equal(t, "succeeded", attempts[len(attempts)-1])
+		require.Subset(t, []string{"unknown", "succeeded"}, attempts)
+	})
+
+	t.Run("DuplicateRunAfterSuccessMakesNoCall", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		b.waitJobsFinalized(t)
+
+		// A redrive or manual retry of the completed job.
+		p, err := b.Ledger.PeriodGet(ctx, "acme", "2026-11")
+		require.NoError(t, err)
+		_, err = b.worker.JobRetry(ctx, *p.ChargeJobID)
+		require.NoError(t, err)
+		b.waitJobsFinalized(t)
+		require.Len(t, b.paymentIntents("cus_acme"), 1)
+		require.Equal(t, []string{"succeeded"}, b.attempts(t, ctx, c.ID))
+	})
+
+	t.Run("Error500AfterCreateStaysUnknown", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 300)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500AfterCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		// Stripe replays the stored 500 to every retry with the same key.
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.AttemptCount >= 3 })
+		require.Equal(t, ledger.ChargeUnknown, c.Status)
+		require.Len(t, b.paymentIntents("cus_acme"), 1, "never a second PaymentIntent")
+		require.GreaterOrEqual(t, b.sim.Stats().IdempotentReplays, 2)
+	})
+
+	t.Run("IdempotencyErrorIsHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterStripe})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() })
+		// A bug changes the charge's parameters under the same key.
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.charges SET amount_cents = amount_cents + 1 WHERE id = $1`, charge.ID)
+		require.NoError(t, err)
+		b.expireLeases()
+
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+		require.Contains(t, *c.HeldReason, "idempotency_error")
+		require.Len(t, b.paymentIntents("cus_acme"), 1)
+	})
+
+	t.Run("Processing", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
+		require.NotNil(t, c.StripePaymentIntentID)
+		b.waitJobsFinalized(t)
+	})
+
+	t.Run("RateLimitSnoozesThenSucceeds", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindRateLimit, Count: 2})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, []string{"retry_later", "retry_later", "succeeded"}, b.attempts(t, ctx, c.ID))
+		require.Len(t, b.paymentIntents("cus_acme"), 1)
+	})
+
+	t.Run("RequiresActionFails", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindRequiresAction})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeFailed))
+		require.Equal(t, "requires_action", *c.FailureCode)
+	})
+
+	t.Run("SucceedsWithSnapshotParameters", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		total := b.customerWithEvents(t, ctx, "acme", 1250, 99, 1)
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		b.waitJobsFinalized(t)
+
+		pis := b.sim.PaymentIntentList()
+		require.Len(t, pis, 1)
+		pi := pis[0]
+		require.Equal(t, total, pi.Amount)
+		require.Equal(t, "usd", string(pi.Currency))
+		require.Equal(t, "pm_card_visa", pi.PaymentMethod.ID, "the Stripe customer's default payment method")
+		require.Equal(t, map[string]string{
+			"tally_charge_key": ledger.ChargeKey("acme", "2026-11"), "customer_id": "acme",
+			"period": "2026-11", "charge_id": fmt.Sprint(c.ID),
+		}, pi.Metadata)
+		require.Equal(t, pi.ID, *c.StripePaymentIntentID)
+		require.NotNil(t, c.StripeChargeID)
+		require.Equal(t, "stripe_response", *c.ResolvedBy)
+		require.Nil(t, c.LeaseOwner)
+		require.Equal(t, int64(3), c.EventCount)
+
+		p, err := b.Ledger.PeriodGet(ctx, "acme", "2026-11")
+		require.NoError(t, err)
+		require.Equal(t, ledger.PeriodClosed, p.Status)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state = 'completed'`))
+		require.Equal(t, int64(2), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1`, c.ID))
+	})
+
+	t.Run("TimeoutThenSameKeySucceeds", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{stripeTimeout: time.Second})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		// The first call times out while Stripe goes on and creates the
+		// PaymentIntent; retries meet the key in use, then its stored result.
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindLatency, Latency: 3 * time.Second, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+		require.Equal(t, "unknown", b.attempts(t, ctx, c.ID)[0])
+	})
+
+	t.Run("TwoRunsRaceOnOneCharge", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.startWorker(t, ctx) // a second replica
+		b.customerWithEvents(t, ctx, "acme", 100)
+		// Hold the first run inside Stripe while the second arrives.
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindLatency, Latency: 2 * time.Second, Count: 1})
+		// A duplicate job for the same charge, as a rescued job whose first
+		// run still lives would be.
+		_, err := b.Pool.Exec(ctx, `
+INSERT INTO river.river_job (args, kind, max_attempts, queue, state)
+VALUES ('{"customer_id":"acme","period":"2026-11"}', 'charge_period', 25, 'charges', 'available')`)
+		require.NoError(t, err)
+		b.closeNow(t, ctx, "acme")
+
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		b.waitJobsFinalized(t)
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+		require.Equal(t, []string{"succeeded"}, b.attempts(t, ctx, c.ID), "the second run never called Stripe")
+		require.Equal(t, int64(2), b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state = 'completed'`))
+	})
+
+	t.Run("ZeroTotalIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		// A period without events (ingest never leaves one; a later
+		// adjustment feature could).
+		_, err := b.Pool.Exec(ctx, `
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
+VALUES ('acme', '2026-11', 'usd', '2026-11-01', '2026-12-01', '2026-12-01 01:00', now())`)
+		require.NoError(t, err)
+		_, err = b.River.Insert(ctx, jobs.ChargePeriodArgs{CustomerID: "acme", Period: "2026-11"}, nil)
+		require.NoError(t, err)
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSkipped))
+		require.Zero(t, c.AmountCents)
+		b.waitJobsFinalized(t)
+		require.Empty(t, b.sim.PaymentIntentList())
+		require.Empty(t, b.attempts(t, ctx, c.ID))
+	})
+}
