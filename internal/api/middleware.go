@@ -81,6 +81,15 @@ func withAccessLog(logger *slog.Logger, next http.Handler) http.Handler {
 
 type ctxKeyHolder struct{}
 
+// actorFrom names the operator behind a request for the ledger's audit
+// columns: operator:<key prefix>.
+func actorFrom(r *http.Request) string {
+	if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok && h.key != nil {
+		return "operator:" + h.key.Prefix
+	}
+	return "operator:unknown"
+}
+
 type keyHolder struct{ key *ledger.APIKey }
 
 func withRecover(logger *slog.Logger, next http.Handler) http.Handler {

@@ -21,14 +21,25 @@ type periodResponse struct {
 	ClosesAt    time.Time  `json:"closes_at"`
 	ClosedAt    *time.Time `json:"closed_at"`
 	ChargeJobID *int64     `json:"charge_job_id"`
+	Charge      *struct {
+		ID     int64  `json:"id"`
+		Status string `json:"status"`
+	} `json:"charge"`
 }
 
 func newPeriodResponse(p *ledger.Period) periodResponse {
-	return periodResponse{
+	resp := periodResponse{
 		CustomerID: p.CustomerID, Period: p.Period, Status: p.Status, Currency: p.Currency,
 		EventCount: p.EventCount, TotalCents: p.TotalCents, StartsAt: p.StartsAt, EndsAt: p.EndsAt,
 		ClosesAt: p.ClosesAt, ClosedAt: p.ClosedAt, ChargeJobID: p.ChargeJobID,
 	}
+	if p.ChargeID != nil {
+		resp.Charge = &struct {
+			ID     int64  `json:"id"`
+			Status string `json:"status"`
+		}{*p.ChargeID, *p.ChargeStatus}
+	}
+	return resp
 }
 
 // handlePeriodList lists a customer's periods, newest first.
@@ -50,13 +61,23 @@ func handlePeriodList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	})
 }
 
+// periodLabel returns the request's {period}, or a *ledger.ValidationError
+// showing the expected form.
+func periodLabel(r *http.Request, l *ledger.Ledger) (string, error) {
+	label := r.PathValue("period")
+	if _, err := l.Cadence().ParseLabel(label); err != nil {
+		return "", &ledger.ValidationError{Fields: map[string]string{"period": err.Error()}}
+	}
+	return label, nil
+}
+
 // handlePeriodGet returns one period, 422 for a malformed label, 404 for an
 // unknown one.
 func handlePeriodGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		label := r.PathValue("period")
-		if _, err := l.Cadence().ParseLabel(label); err != nil {
-			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{"period": err.Error()}})
+		label, err := periodLabel(r, l)
+		if err != nil {
+			writeError(logger, w, r, err)
 			return
 		}
 		p, err := l.PeriodGet(r.Context(), r.PathValue("customer_id"), label)
@@ -65,5 +86,36 @@ func handlePeriodGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			return
 		}
 		encode(w, http.StatusOK, newPeriodResponse(p))
+	})
+}
+
+// handlePeriodClose closes a period now (admin): it stops taking events at
+// once, its charge is computed, and its charge job runs now. Closing again
+// is harmless and returns the same charge.
+func handlePeriodClose(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type response struct {
+		Period periodResponse `json:"period"`
+		Charge chargeResponse `json:"charge"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		label, err := periodLabel(r, l)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		customerID := r.PathValue("customer_id")
+		c, err := l.PeriodClose(r.Context(), ledger.PeriodCloseParams{
+			CustomerID: customerID, Period: label, Actor: actorFrom(r), RunChargeJobNow: true,
+		})
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		p, err := l.PeriodGet(r.Context(), customerID, label)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		encode(w, http.StatusOK, response{Period: newPeriodResponse(p), Charge: newChargeResponse(c)})
 	})
 }

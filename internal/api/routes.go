@@ -19,6 +19,11 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("GET /v1/customers/{customer_id}/periods", auth(ledger.ScopeBillingRead, handlePeriodList(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods/{period}", auth(ledger.ScopeBillingRead, handlePeriodGet(logger, l)))
 
+	mux.Handle("POST /v1/customers/{customer_id}/periods/{period}/close", auth(ledger.ScopeAdmin, handlePeriodClose(logger, l)))
+
+	mux.Handle("GET /v1/charges", auth(ledger.ScopeBillingRead, handleChargeList(logger, l)))
+	mux.Handle("GET /v1/charges/{id}", auth(ledger.ScopeBillingRead, handleChargeGet(logger, l)))
+
 	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l)))
 	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l)))
 

@@ -94,6 +94,10 @@ type Period struct {
 	ChargeJobID *int64
 	EventCount  int64
 	TotalCents  int64
+
+	// ChargeID and ChargeStatus are set once the period has closed.
+	ChargeID     *int64
+	ChargeStatus *string
 }
 
 const periodSelectSQL = `
@@ -102,13 +106,15 @@ SELECT p.customer_id, p.period, p.currency, p.status, p.starts_at, p.ends_at, p.
        (SELECT count(*) FROM billing.usage_events e
          WHERE e.customer_id = p.customer_id AND e.period = p.period),
        (SELECT coalesce(sum(e.amount_cents), 0)::bigint FROM billing.usage_events e
-         WHERE e.customer_id = p.customer_id AND e.period = p.period)
-FROM billing.periods p`
+         WHERE e.customer_id = p.customer_id AND e.period = p.period),
+       c.id, c.status
+FROM billing.periods p
+LEFT JOIN billing.charges c ON c.customer_id = p.customer_id AND c.period = p.period`
 
 func scanPeriod(row pgx.Row) (*Period, error) {
 	var p Period
 	err := row.Scan(&p.CustomerID, &p.Period, &p.Currency, &p.Status, &p.StartsAt, &p.EndsAt,
-		&p.ClosesAt, &p.ClosedAt, &p.ChargeJobID, &p.EventCount, &p.TotalCents)
+		&p.ClosesAt, &p.ClosedAt, &p.ChargeJobID, &p.EventCount, &p.TotalCents, &p.ChargeID, &p.ChargeStatus)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,156 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// chargeResponse is a charge as the API shows it. Lease internals stay out.
+type chargeResponse struct {
+	ID                    int64      `json:"id"`
+	CustomerID            string     `json:"customer_id"`
+	Period                string     `json:"period"`
+	Status                string     `json:"status"`
+	AmountCents           int64      `json:"amount_cents"`
+	Currency              string     `json:"currency"`
+	EventCount            int64      `json:"event_count"`
+	StripeCustomerID      string     `json:"stripe_customer_id"`
+	StripePaymentMethodID *string    `json:"stripe_payment_method_id"`
+	StripePaymentIntentID *string    `json:"stripe_payment_intent_id"`
+	StripeChargeID        *string    `json:"stripe_charge_id"`
+	ChargeKey             string     `json:"tally_charge_key"`
+	KeyGeneration         int        `json:"key_generation"`
+	FailureCode           *string    `json:"failure_code"`
+	FailureMessage        *string    `json:"failure_message"`
+	HeldReason            *string    `json:"held_reason"`
+	ResolvedBy            *string    `json:"resolved_by"`
+	AttemptCount          int        `json:"attempt_count"`
+	FirstAttemptedAt      *time.Time `json:"first_attempted_at"`
+	LastAttemptedAt       *time.Time `json:"last_attempted_at"`
+	CreatedAt             time.Time  `json:"created_at"`
+	UpdatedAt             time.Time  `json:"updated_at"`
+}
+
+func newChargeResponse(c *ledger.Charge) chargeResponse {
+	return chargeResponse{
+		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: c.Status, AmountCents: c.AmountCents,
+		Currency: c.Currency, EventCount: c.EventCount, StripeCustomerID: c.StripeCustomerID,
+		StripePaymentMethodID: c.StripePaymentMethodID, StripePaymentIntentID: c.StripePaymentIntentID,
+		StripeChargeID: c.StripeChargeID, ChargeKey: c.ChargeKey, KeyGeneration: c.KeyGeneration,
+		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: c.HeldReason,
+		ResolvedBy: c.ResolvedBy, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
+		LastAttemptedAt: c.LastAttemptedAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+	}
+}
+
+// handleChargeList lists charges newest first: ?status=, ?customer_id=,
+// ?limit= (default 50, at most 500) and ?starting_after=<next_cursor>.
+func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type response struct {
+		Data       []chargeResponse `json:"data"`
+		HasMore    bool             `json:"has_more"`
+		NextCursor *string          `json:"next_cursor"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		p := ledger.ChargeListParams{Status: q.Get("status"), CustomerID: q.Get("customer_id")}
+		fields := map[string]string{}
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				fields["limit"] = "must be a whole number between 1 and " + strconv.Itoa(ledger.ChargeListLimitMax)
+			}
+			p.Limit = n
+		}
+		if v := q.Get("starting_after"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				fields["starting_after"] = "must be the next_cursor of a previous page"
+			}
+			p.AfterID = n
+		}
+		if len(fields) > 0 {
+			writeError(logger, w, r, &ledger.ValidationError{Fields: fields})
+			return
+		}
+		charges, more, err := l.ChargeList(r.Context(), p)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		resp := response{Data: make([]chargeResponse, 0, len(charges)), HasMore: more}
+		for _, c := range charges {
+			resp.Data = append(resp.Data, newChargeResponse(c))
+		}
+		if more {
+			cursor := strconv.FormatInt(charges[len(charges)-1].ID, 10)
+			resp.NextCursor = &cursor
+		}
+		encode(w, http.StatusOK, resp)
+	})
+}
+
+// handleChargeGet returns one charge with every Stripe call made for it and
+// every status change with who made it.
+func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	type attempt struct {
+		Attempt               int        `json:"attempt"`
+		KeyGeneration         int        `json:"key_generation"`
+		StartedAt             time.Time  `json:"started_at"`
+		FinishedAt            *time.Time `json:"finished_at"`
+		Outcome               *string    `json:"outcome"`
+		HTTPStatus            *int       `json:"http_status"`
+		StripeRequestID       *string    `json:"stripe_request_id"`
+		StripePaymentIntentID *string    `json:"stripe_payment_intent_id"`
+		ErrorType             *string    `json:"error_type"`
+		ErrorCode             *string    `json:"error_code"`
+		ErrorMessage          *string    `json:"error_message"`
+		RiverJobID            *int64     `json:"river_job_id"`
+	}
+	type transition struct {
+		From   *string   `json:"from"`
+		To     string    `json:"to"`
+		Actor  string    `json:"actor"`
+		Reason *string   `json:"reason"`
+		At     time.Time `json:"at"`
+	}
+	type response struct {
+		chargeResponse
+		Attempts    []attempt    `json:"attempts"`
+		Transitions []transition `json:"transitions"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil {
+			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{"id": "must be a charge id, a whole number"}})
+			return
+		}
+		c, err := l.ChargeGet(r.Context(), id)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		attempts, transitions, err := l.ChargeHistory(r.Context(), id)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{}}
+		for _, a := range attempts {
+			resp.Attempts = append(resp.Attempts, attempt{
+				Attempt: a.Attempt, KeyGeneration: a.KeyGeneration, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
+				Outcome: a.Outcome, HTTPStatus: a.HTTPStatus, StripeRequestID: a.StripeRequestID,
+				StripePaymentIntentID: a.StripePaymentIntentID, ErrorType: a.ErrorType, ErrorCode: a.ErrorCode,
+				ErrorMessage: a.ErrorMessage, RiverJobID: a.RiverJobID,
+			})
+		}
+		for _, t := range transitions {
+			resp.Transitions = append(resp.Transitions, transition{From: t.FromStatus, To: t.ToStatus, Actor: t.Actor, Reason: t.Reason, At: t.CreatedAt})
+		}
+		encode(w, http.StatusOK, resp)
+	})
+}

@@ -1,0 +1,239 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/ledgertest"
+)
+
+func TestChargeKeys(t *testing.T) {
+	t.Parallel()
+	// Values from: echo -n "tally:charge:v1:acme:2026-11" | sha256sum (and ":0").
+	require.Equal(t, "e9573a96c8fa854f5b7930a9726988265eb17390b5cc8a91ae09162b0b3e0805", ledger.ChargeKey("acme", "2026-11"))
+	require.Equal(t, "7e069e69beb29af601010f586b537ade06b5095a8b659089adbc4d20da76e443", ledger.ChargeIdempotencyKey("acme", "2026-11", 0))
+	require.NotEqual(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 0), ledger.ChargeIdempotencyKey("acme", "2026-11", 1))
+}
+
+func (b *testBundle) close(t *testing.T, ctx context.Context) *ledger.Charge {
+	t.Helper()
+	c, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "test"})
+	require.NoError(t, err)
+	return c
+}
+
+func TestPeriodClose(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CapHoldsCharge", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		limit := int64(150)
+		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
+		require.NoError(t, err)
+		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e2", 100)})
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		require.Equal(t, ledger.ChargeHeld, c.Status)
+		require.Contains(t, *c.HeldReason, "max_charge_cents 150")
+	})
+
+	t.Run("EventsRacingTheCloseAreChargedOrRejected", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("first", 1))
+		require.NoError(t, err)
+
+		var (
+			acked    sync.Map // event_id → amount
+			closed   atomic.Bool
+			rejected atomic.Int64
+			wg       sync.WaitGroup
+		)
+		acked.Store("first", int64(1))
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					id := fmt.Sprintf("w%d-%d", w, i)
+					amount := int64(w*1000 + i + 1)
+					_, err := b.Ledger.UsageEventRecord(ctx, event(id, amount))
+					var ce *ledger.ConflictError
+					switch {
+					case err == nil:
+						acked.Store(id, amount)
+					case errors.As(err, &ce) && ce.Code == ledger.ConflictPeriodClosed:
+						rejected.Add(1)
+						return
+					default:
+						t.Errorf("unexpected error: %v", err)
+						return
+					}
+					if closed.Load() && i > 1000 {
+						return
+					}
+				}
+			}()
+		}
+		// Let the writers run, then close in the middle of their stream.
+		time.Sleep(200 * time.Millisecond)
+		c := b.close(t, ctx)
+		closed.Store(true)
+		wg.Wait()
+
+		var count, total int64
+		acked.Range(func(_, v any) bool {
+			count++
+			total += v.(int64)
+			return true
+		})
+		require.Equal(t, total, c.AmountCents, "every acknowledged event is in the charge")
+		require.Equal(t, count, c.EventCount)
+		require.Equal(t, count, b.eventCount(t), "no event is stored without an acknowledgement")
+		require.Equal(t, int64(8), rejected.Load(), "every writer met period_closed")
+	})
+
+	t.Run("ExistingChargeIsReturnedUnchanged", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		first := b.close(t, ctx)
+		again := b.close(t, ctx)
+		require.Equal(t, first, again)
+		require.Equal(t, int64(1), b.Count(t, "SELECT count(*) FROM billing.charges"))
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-10", Actor: "test"})
+		require.ErrorIs(t, err, ledger.ErrNotFound)
+	})
+
+	t.Run("SnapshotsParameters", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e2", 23)})
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		require.Equal(t, ledger.ChargePending, c.Status)
+		require.Equal(t, int64(123), c.AmountCents)
+		require.Equal(t, int64(2), c.EventCount)
+		require.Equal(t, "cus_acme", c.StripeCustomerID)
+		require.Nil(t, c.StripePaymentMethodID)
+		require.Equal(t, ledger.ChargeKey("acme", "2026-11"), c.ChargeKey)
+		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 0), c.IdempotencyKey)
+
+		// A later customer change does not reach the charge.
+		pm := "pm_new"
+		_, _, err = b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_other", Currency: "usd", StripePaymentMethodID: &pm})
+		require.NoError(t, err)
+		require.Equal(t, c, b.close(t, ctx))
+
+		// The payment method is snapshotted once.
+		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_first")
+		require.NoError(t, err)
+		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_second")
+		require.NoError(t, err)
+		require.Equal(t, "pm_first", *c.StripePaymentMethodID)
+	})
+}
+
+func TestChargeClaim(t *testing.T) {
+	t.Parallel()
+
+	claimParams := func(id int64, owner string) ledger.ChargeClaimParams {
+		return ledger.ChargeClaimParams{ChargeID: id, Owner: owner, LeaseTTL: time.Minute}
+	}
+
+	t.Run("LeaseHeldThenExpires", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		require.Equal(t, 1, claim.Charge.AttemptCount)
+		require.Equal(t, b.Clock.Now(), *claim.Charge.FirstAttemptedAt)
+
+		_, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		var held *ledger.LeaseHeldError
+		require.ErrorAs(t, err, &held)
+		require.Equal(t, "a", held.Owner)
+
+		b.Clock.Advance(time.Minute + time.Second)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		require.NoError(t, err)
+		require.Equal(t, 2, claim.Charge.AttemptCount)
+		require.Equal(t, ledgertest.ClockStart, *claim.Charge.FirstAttemptedAt, "set once")
+		require.Equal(t, int64(2), b.Count(t, "SELECT count(*) FROM billing.charge_attempts"))
+	})
+
+	t.Run("LostLeaseCannotRecord", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		stale, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		b.Clock.Advance(2 * time.Minute)
+		fresh, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		require.NoError(t, err)
+
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, stale, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "a", nil)
+		require.ErrorIs(t, err, ledger.ErrLeaseLost)
+		got, err := b.Ledger.ChargeRecordOutcome(ctx, fresh, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "b", nil)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeSucceeded, got.Status)
+		require.Nil(t, got.LeaseOwner)
+	})
+
+	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "a", nil)
+		require.NoError(t, err)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		require.NoError(t, err)
+		require.Nil(t, claim)
+	})
+
+	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		require.NoError(t, err)
+		for _, stmt := range []string{
+			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
+			"DELETE FROM billing.charge_attempts",
+			"UPDATE billing.charge_transitions SET actor = 'x'",
+		} {
+			_, err := b.Pool.Exec(ctx, stmt)
+			require.ErrorContains(t, err, "append-only", stmt)
+		}
+	})
+}
+
