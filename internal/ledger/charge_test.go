@@ -236,4 +236,3 @@ func TestChargeClaim(t *testing.T) {
 		}
 	})
 }
-
