@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install the dev/test tools into $(go env GOPATH)/bin if missing or at the wrong version.
+# Idempotent; prints nothing on stdout (logs to stderr). Callers use e.g.
+#   "$(go env GOPATH)/bin/stripe-mock"
+set -euo pipefail
+
+exec 1>&2 # nothing on stdout
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+GO="${GO:-go}"
+log() { printf '[ensure-tools] %s\n' "$*" >&2; }
+
+gopath="$("$GO" env GOPATH)"
+bindir="${gopath%%:*}/bin" # first GOPATH entry, as go install uses
+mkdir -p "$bindir" "$REPO_ROOT/.tmp"
+
+# Serialize concurrent runs (parallel make, several checkouts sharing GOPATH are still fine:
+# go install writes the binary atomically).
+exec 9>"$REPO_ROOT/.tmp/tools.lock"
+flock -w 600 9
+
+# install_tool NAME MODULE_PATH VERSION: go install MODULE_PATH@VERSION unless the binary
+# NAME already exists and was built from exactly that module version.
+install_tool() {
+  local name="$1" pkg="$2" version="$3" bin="$bindir/$1" have=""
+  if [[ -x $bin ]]; then
+    have="$("$GO" version -m "$bin" 2>/dev/null | awk '$1 == "mod" { print $3; exit }' || true)"
+  fi
+  if [[ $have == "$version" ]]; then
+    return 0
+  fi
+  log "installing $name ($pkg@$version) into $bindir${have:+ (found $have)}"
+  # Outside the repo and with GOFLAGS cleared so the project's module settings can't interfere.
+  (cd / && GOBIN="$bindir" GOFLAGS='' "$GO" install "$pkg@$version")
+}
+
+install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
