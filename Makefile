@@ -12,7 +12,7 @@ CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
 
-.PHONY: help test vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test scale vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -24,6 +24,11 @@ test: ## go vet, then go test -race against a real Postgres (+ stripe-mock)
 	echo "make test: Postgres admin URL $$admin_url" >&2; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" STRIPE_MOCK_BIN="$(STRIPE_MOCK)" CGO_ENABLED=1 \
 	  $(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) $(PKGS)
+
+scale: ## 1,000 customers x 1 period closed at once against the simulator: one PaymentIntent each, amounts = ledger sums
+	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
+	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" TALLY_SCALE_CUSTOMERS=1000 \
+	  $(GO) test -count=1 -run 'TestChargeManyCustomers' -v ./internal/jobs/
 
 vet: ## go vet
 	$(GO) vet $(PKGS)

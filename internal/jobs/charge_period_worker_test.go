@@ -72,7 +72,8 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
 	b := ledgertest.New(t, ledger.Config{})
-	sim := stripesim.New(stripesim.Config{})
+	sim := stripesim.New(stripesim.Config{Now: b.Clock.Now})
+	t.Cleanup(sim.Close)
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
 	if opts.stripeTimeout == 0 {
