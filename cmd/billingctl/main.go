@@ -3,6 +3,9 @@
 //	billingctl apikey create --name NAME --scopes a,b   print a new key's secret (alone, on stdout)
 //	billingctl apikey list                              list keys (never their secrets)
 //	billingctl apikey revoke PREFIX|NAME                revoke a key
+//	billingctl redrive [--customer C] [--period P] [--job ID] [--kind K] [--dry-run]
+//	                                                    retry discarded charge and webhook jobs
+//	billingctl reconcile --customer C --period P        settle one charge from Stripe now
 //
 // The database comes from DATABASE_URL.
 package main
@@ -12,10 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -30,6 +35,8 @@ const usage = `usage:
   billingctl apikey create --name NAME --scopes SCOPE[,SCOPE…]
   billingctl apikey list
   billingctl apikey revoke PREFIX|NAME
+  billingctl redrive [--customer C] [--period P] [--job ID] [--kind charge_period|stripe_event] [--dry-run]
+  billingctl reconcile --customer C --period P   (needs STRIPE_API_KEY, STRIPE_API_BASE)
 scopes: usage:write, customers:write, billing:read, admin
 database: DATABASE_URL`
 
@@ -38,7 +45,7 @@ database: DATABASE_URL`
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if len(args) < 2 {
+	if len(args) < 1 || (args[0] == "apikey" && len(args) < 2) {
 		return errors.New(usage)
 	}
 	url := getenv("DATABASE_URL")
@@ -50,11 +57,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer pool.Close()
-	l, err := ledger.New(pool, ledger.Config{})
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client, err := jobs.NewInsertClient(pool, logger)
+	if err != nil {
+		return err
+	}
+	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger})
 	if err != nil {
 		return err
 	}
 
+	switch args[0] {
+	case "redrive":
+		return redrive(ctx, client, args[1:], stdout, stderr)
+	case "reconcile":
+		return reconcile(ctx, l, getenv, args[1:], stdout, stderr)
+	case "apikey":
+	default:
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	}
 	switch args[0] + " " + args[1] {
 	case "apikey create":
 		return apiKeyCreate(ctx, l, args[2:], stdout, stderr)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -22,7 +23,6 @@ const (
 const (
 	httpAddrDefault        = ":8080"
 	workersDefault         = 50
-	stripeKeyWindowDefault = 23 * time.Hour
 	stripeTimeoutDefault   = 30 * time.Second
 	shutdownTimeoutDefault = 25 * time.Second
 )
@@ -30,22 +30,25 @@ const (
 // config is the server's configuration, read from the environment by
 // loadConfig. See the configuration table in README.md.
 type config struct {
-	DatabaseURL         string
-	DBMaxConns          int32
-	HTTPAddr            string
-	Roles               []string
-	Workers             int
-	Cadence             ledger.Cadence
-	CloseGrace          time.Duration
-	PeriodBudgetCents   *int64
-	StripeKeyWindow     time.Duration
-	StripeAPIKey        string
-	StripeAPIBase       string
-	StripeWebhookSecret string
-	StripeTimeout       time.Duration
-	AllowLiveSecretKey  bool
-	LogLevel            slog.Level
-	ShutdownTimeout     time.Duration
+	DatabaseURL          string
+	DBMaxConns           int32
+	HTTPAddr             string
+	Roles                []string
+	Workers              int
+	Cadence              ledger.Cadence
+	CloseGrace           time.Duration
+	PeriodBudgetCents    *int64
+	StripeKeyWindow      time.Duration
+	ReconcileInterval    time.Duration
+	ReconcileAfter       time.Duration
+	StripeEventRetention time.Duration
+	StripeAPIKey         string
+	StripeAPIBase        string
+	StripeWebhookSecret  string
+	StripeTimeout        time.Duration
+	AllowLiveSecretKey   bool
+	LogLevel             slog.Level
+	ShutdownTimeout      time.Duration
 }
 
 func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
@@ -89,17 +92,20 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	}
 
 	c := &config{
-		DatabaseURL:         get("DATABASE_URL", ""),
-		HTTPAddr:            get("TALLY_HTTP_ADDR", httpAddrDefault),
-		Workers:             int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
-		DBMaxConns:          int32(integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)),
-		CloseGrace:          duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
-		StripeKeyWindow:     duration("TALLY_STRIPE_KEY_WINDOW", stripeKeyWindowDefault),
-		StripeAPIKey:        get("STRIPE_API_KEY", ""),
-		StripeAPIBase:       get("STRIPE_API_BASE", ""),
-		StripeWebhookSecret: get("STRIPE_WEBHOOK_SECRET", ""),
-		StripeTimeout:       duration("STRIPE_TIMEOUT", stripeTimeoutDefault),
-		ShutdownTimeout:     duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
+		DatabaseURL:          get("DATABASE_URL", ""),
+		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
+		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
+		DBMaxConns:           int32(integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)),
+		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
+		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
+		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
+		ReconcileAfter:       duration("TALLY_RECONCILE_AFTER", jobs.ReconcileAfterDefault),
+		StripeEventRetention: duration("TALLY_STRIPE_EVENT_RETENTION", ledger.StripeEventRetentionDefault),
+		StripeAPIKey:         get("STRIPE_API_KEY", ""),
+		StripeAPIBase:        get("STRIPE_API_BASE", ""),
+		StripeWebhookSecret:  get("STRIPE_WEBHOOK_SECRET", ""),
+		StripeTimeout:        duration("STRIPE_TIMEOUT", stripeTimeoutDefault),
+		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")

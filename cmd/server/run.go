@@ -48,7 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	l, err := ledger.New(pool, ledger.Config{
 		Cadence:         cfg.Cadence,
 		CloseGrace:      cfg.CloseGrace,
-		ChargeScheduler: jobs.ChargeScheduler{Client: inserter},
+		StripeKeyWindow: cfg.StripeKeyWindow,
+		Scheduler:       jobs.Scheduler{Client: inserter},
 		Logger:          logger,
 	})
 	if err != nil {
@@ -62,9 +63,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger,
 			}),
-			StripeTimeout: cfg.StripeTimeout,
-			Concurrency:   cfg.Workers,
-			Logger:        logger,
+			StripeTimeout:        cfg.StripeTimeout,
+			Concurrency:          cfg.Workers,
+			Logger:               logger,
+			ReconcileInterval:    cfg.ReconcileInterval,
+			ReconcileAfter:       cfg.ReconcileAfter,
+			StripeEventRetention: cfg.StripeEventRetention,
 		})
 		if err != nil {
 			return err
@@ -83,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error listening on TALLY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 		srv = &http.Server{
-			Handler:           api.NewServer(logger, l, readyFunc(pool, worker)),
+			Handler:           api.NewServer(logger, l, readyFunc(pool, worker), cfg.StripeWebhookSecret),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      60 * time.Second,

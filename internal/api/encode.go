@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 )
 
@@ -38,40 +40,103 @@ type decodeError struct {
 func (e *decodeError) Error() string { return e.detail }
 
 // decode reads a JSON body of at most limit bytes into v, refusing other
-// content types, unknown fields, wrong types and trailing data.
+// content types and anything decodeStrict refuses.
 func decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, error) {
 	var v T
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return v, &decodeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
 			detail: "send the body as JSON with Content-Type: application/json"}
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		return v, jsonError(err, limit, "")
 	}
+	return decodeStrict[T](body, "")
+}
+
+// decodeStrict decodes one JSON object into v. Field names must match v's
+// json tags exactly (encoding/json alone would accept "AMOUNT_CENTS" for
+// amount_cents, and let a later duplicate win), each at most once; wrong types
+// and trailing data are refused. Field names in errors get prefix.
+func decodeStrict[T any](raw []byte, prefix string) (T, error) {
+	var v T
+	if err := checkKeys(raw, jsonFieldNames(reflect.TypeOf(v)), prefix); err != nil {
+		return v, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, jsonError(err, 0, prefix)
+	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return v, jsonError(err, limit, "")
-		}
 		return v, &decodeError{status: http.StatusBadRequest, code: "malformed_json",
 			detail: "the body must hold exactly one JSON value"}
 	}
 	return v, nil
 }
 
-// decodeStrict decodes one JSON value already read (such as one item of a
-// batch) into v; field names in errors are prefixed with prefix.
-func decodeStrict[T any](raw json.RawMessage, prefix string) (T, error) {
-	var v T
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		return v, jsonError(err, 0, prefix)
+// checkKeys requires raw to be a JSON object whose keys are all in allowed,
+// spelled exactly, each once.
+func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonError(err, 0, prefix)
 	}
-	return v, nil
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		if prefix == "" {
+			return &decodeError{status: http.StatusBadRequest, code: "malformed_json", detail: "the body must be a JSON object"}
+		}
+		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
+			detail: "the request has invalid fields", fields: map[string]string{strings.TrimSuffix(prefix, "."): "must be a JSON object"}}
+	}
+	fields := map[string]string{}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err, 0, prefix)
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			fields[prefix+key] = "appears more than once; send each field once"
+		case !allowed[key]:
+			fields[prefix+key] = "is not a known field; remove it (see the API reference in README.md)"
+			for name := range allowed {
+				if strings.EqualFold(name, key) {
+					fields[prefix+key] = fmt.Sprintf("is not a known field: names are case-sensitive; send %q", name)
+				}
+			}
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(err, 0, prefix)
+		}
+	}
+	if len(fields) > 0 {
+		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
+			detail: "the request has invalid fields", fields: fields}
+	}
+	return nil
+}
+
+// jsonFieldNames returns the JSON names of a struct type's fields.
+func jsonFieldNames(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }
 
 // jsonError turns a json decoding error into a decodeError that names the

@@ -110,8 +110,8 @@ func withRecover(logger *slog.Logger, next http.Handler) http.Handler {
 // 401 without a valid key, 403 without the scope.
 func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || secret == "" {
+		scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
 			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
 				Detail: "send an API key as Authorization: Bearer <key>; create one with billingctl apikey create"})

@@ -8,7 +8,7 @@ import (
 )
 
 // addRoutes is the whole API surface. Each route names the scope it needs.
-func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc) {
+func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string) {
 	auth := func(scope ledger.Scope, h http.Handler) http.Handler { return requireScope(logger, l, scope, h) }
 
 	mux.Handle("GET /healthz", handleHealthz())
@@ -26,6 +26,8 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l)))
 	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l)))
+
+	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l, webhookSecret))
 
 	mux.Handle("/", handleNotFound(logger))
 }

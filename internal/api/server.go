@@ -13,10 +13,11 @@ import (
 type ReadyFunc func(ctx context.Context) error
 
 // NewServer returns the HTTP handler of the API: every route of routes.go
-// behind request ids, access logs and panic recovery.
-func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc) http.Handler {
+// behind request ids, access logs and panic recovery. webhookSecret is the
+// Stripe endpoint secret (whsec_…); empty refuses webhooks.
+func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string) http.Handler {
 	mux := http.NewServeMux()
-	addRoutes(mux, logger, l, ready)
+	addRoutes(mux, logger, l, ready, webhookSecret)
 	var h http.Handler = mux
 	h = withAccessLog(logger, h)
 	h = withRecover(logger, h)

@@ -141,6 +141,11 @@ func handleUsageEventBatch(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		var index []int
 		for i, raw := range req.Events {
 			item, err := decodeStrict[usageEventRequest](raw, "")
+			var de *decodeError
+			if errors.As(err, &de) && de.status != http.StatusUnprocessableEntity {
+				// Unreachable for a well-formed outer body; keep item errors 422.
+				de.status, de.code = http.StatusUnprocessableEntity, "validation_error"
+			}
 			if err == nil {
 				var p ledger.UsageEventParams
 				if p, err = item.params(); err == nil {
@@ -153,7 +158,13 @@ func handleUsageEventBatch(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		}
 		var results []*ledger.UsageEventResult
 		if len(params) > 0 {
-			results, err = l.UsageEventRecordBatch(r.Context(), params)
+			if len(itemErrs) > 0 {
+				// Some items are already rejected: only check the others,
+				// so the answer lists every problem and nothing is written.
+				err = l.UsageEventCheckBatch(r.Context(), params)
+			} else {
+				results, err = l.UsageEventRecordBatch(r.Context(), params)
+			}
 			var batchErr *ledger.BatchError
 			switch {
 			case errors.As(err, &batchErr):

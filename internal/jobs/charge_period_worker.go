@@ -57,7 +57,7 @@ var errCrash = errors.New("simulated crash")
 //
 //  1. close the period and find or create its charge (pre-flight);
 //  2. claim the charge's lease, committed before any money moves;
-//  3. (key window reconciliation, a later step);
+//  3. past the Stripe key window, find the charge's PaymentIntents first;
 //  4. create the PaymentIntent with the charge's idempotency key;
 //  5. record the outcome and complete the job in one transaction.
 type ChargePeriodWorker struct {
@@ -139,6 +139,15 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		return err
 	}
 
+	// 3. Decide the key: past the key window Stripe may have forgotten it,
+	// so look for the charge's PaymentIntents before any new call.
+	if claim.Reconcile {
+		var done bool
+		if claim, done, err = w.reconcileClaimed(ctx, job, claim, actor, logger); err != nil || done {
+			return err
+		}
+	}
+
 	// 4. Call Stripe: parameters and key are a pure function of the charge row.
 	pi, err := w.stripe.PaymentIntentCreate(ctx, paymentIntentParams(claim.Charge))
 	outcome := classify(pi, err)
@@ -178,6 +187,53 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		logger.InfoContext(ctx, "charge attempted", attrs...)
 	}
 	return nil
+}
+
+// reconcileClaimed is step 3 for a claim past the key window: one
+// PaymentIntent found → the charge takes its outcome and the job completes
+// (done); several → held (done); none → the next key generation, committed
+// with a fresh window, and the returned claim calls Stripe with the new key.
+func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
+	pis, err := chargePaymentIntents(ctx, w.stripe, claim.Charge)
+	if err != nil {
+		w.release(ctx, claim, logger)
+		return nil, false, err
+	}
+	o, found := reconcileOutcome(claim.Charge, pis)
+	if !found {
+		next, err := w.ledger.ChargeGenerationNext(ctx, claim, actor)
+		if err != nil {
+			return nil, false, err
+		}
+		logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
+			slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
+		return next, false, nil
+	}
+	charge, err := w.ledger.ChargeRecordOutcome(ctx, claim, o, actor, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	level := slog.LevelInfo
+	if o.Class == ledger.OutcomeHeld {
+		level = slog.LevelError
+	}
+	logger.Log(ctx, level, "charge reconciled after the key window", slog.Int64("charge_id", charge.ID),
+		slog.String("status", charge.Status), slog.Int("payment_intents", len(pis)), slog.String("reason", o.ErrorMessage))
+	if charge.Terminal() || charge.Status == ledger.ChargeHeld || charge.Status == ledger.ChargeProcessing {
+		return nil, true, nil
+	}
+	return nil, true, fmt.Errorf("charge %d reconciled to %s", charge.ID, charge.Status)
+}
+
+// release gives up a claim after a failure before any Stripe call, so the
+// retry need not wait for the lease to expire.
+func (w *ChargePeriodWorker) release(ctx context.Context, claim *ledger.Claim, logger *slog.Logger) {
+	if err := w.ledger.ChargeRelease(ctx, claim); err != nil {
+		logger.WarnContext(ctx, "error releasing charge lease", slog.String("error", err.Error()))
+	}
 }
 
 // snapshotPaymentMethod stores the Stripe customer's default payment method

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/ledgertest"
@@ -66,13 +67,23 @@ func (fastRetry) NextRetry(*rivertype.JobRow) time.Time {
 type setupOpts struct {
 	crashAt       string
 	stripeTimeout time.Duration
+	webhooks      bool // the simulator sends signed webhooks to Tally's API
 }
+
+// webhookSecret signs the simulator's webhooks in tests.
+const webhookSecret = "whsec_test_tally"
 
 func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
 	b := ledgertest.New(t, ledger.Config{})
-	sim := stripesim.New(stripesim.Config{Now: b.Clock.Now})
+	simConfig := stripesim.Config{Now: b.Clock.Now, WebhookSecret: webhookSecret}
+	if opts.webhooks {
+		apiSrv := httptest.NewServer(api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, webhookSecret))
+		t.Cleanup(apiSrv.Close)
+		simConfig.WebhookURL = apiSrv.URL + "/v1/stripe/webhooks"
+	}
+	sim := stripesim.New(simConfig)
 	t.Cleanup(sim.Close)
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)

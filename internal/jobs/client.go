@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -49,6 +50,18 @@ type WorkerConfig struct {
 	// RetryPolicy overrides River's retry backoff (tests).
 	RetryPolicy river.ClientRetryPolicy
 
+	// ReconcileInterval is how often the reconciler runs. Default
+	// ReconcileIntervalDefault.
+	ReconcileInterval time.Duration
+
+	// ReconcileAfter is how long an unsettled charge must be quiet before the
+	// reconciler looks at it. Default ReconcileAfterDefault.
+	ReconcileAfter time.Duration
+
+	// StripeEventRetention is how long processed Stripe events are kept.
+	// Default ledger.StripeEventRetentionDefault.
+	StripeEventRetention time.Duration
+
 	// crashHook is passed to the charge worker (tests only).
 	crashHook func(point string) error
 
@@ -74,13 +87,34 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	if config.retryLaterSnooze > 0 {
 		worker.retryLaterMin, worker.retryLaterMax = config.retryLaterSnooze, config.retryLaterSnooze
 	}
+	config.ReconcileInterval = cmp.Or(config.ReconcileInterval, ReconcileIntervalDefault)
+	config.ReconcileAfter = cmp.Or(config.ReconcileAfter, ReconcileAfterDefault)
+	config.StripeEventRetention = cmp.Or(config.StripeEventRetention, ledger.StripeEventRetentionDefault)
+
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger})
+	river.AddWorker(workers, &ChargeReconcileWorker{
+		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger, after: config.ReconcileAfter,
+	})
+	river.AddWorker(workers, &StripeEventRetentionWorker{
+		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
+	})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: config.Logger,
 		Schema: schema.RiverSchema,
 		Queues: map[string]river.QueueConfig{
-			QueueCharges: {MaxWorkers: config.Concurrency},
+			QueueCharges:     {MaxWorkers: config.Concurrency},
+			QueueWebhooks:    {MaxWorkers: 10},
+			QueueMaintenance: {MaxWorkers: 2},
+		},
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(config.ReconcileInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return ChargeReconcileArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "charge_reconcile", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(retentionInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return StripeEventRetentionArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "stripe_event_retention", RunOnStart: true}),
 		},
 		Workers:              workers,
 		RescueStuckJobsAfter: rescueAfter,

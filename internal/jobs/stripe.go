@@ -23,6 +23,13 @@ type Stripe interface {
 
 	// CustomerGet retrieves a customer, for its default payment method.
 	CustomerGet(ctx context.Context, id string) (*stripe.Customer, error)
+
+	// PaymentIntentGet retrieves a PaymentIntent.
+	PaymentIntentGet(ctx context.Context, id string) (*stripe.PaymentIntent, error)
+
+	// PaymentIntentList returns every PaymentIntent of a Stripe customer
+	// created at or after since, paging through all of them.
+	PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error)
 }
 
 // StripeTimeoutDefault bounds one Stripe call when StripeConfig.Timeout is zero.
@@ -87,6 +94,51 @@ func (s *StripeAPI) CustomerGet(ctx context.Context, id string) (*stripe.Custome
 	return s.api.Customers.Get(id, params)
 }
 
+// PaymentIntentGet implements Stripe, bounded by the configured timeout.
+func (s *StripeAPI) PaymentIntentGet(ctx context.Context, id string) (*stripe.PaymentIntent, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	return s.api.PaymentIntents.Get(id, params)
+}
+
+// PaymentIntentList implements Stripe with the list endpoint (never Search,
+// which lags), 100 per page; each page is bounded by the configured timeout.
+func (s *StripeAPI) PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentListParams{Customer: stripe.String(customer)}
+	params.Filters.AddFilter("created", "gte", fmt.Sprint(since.Unix()))
+	params.Limit = stripe.Int64(100)
+	params.Context = ctx
+	var all []*stripe.PaymentIntent
+	for {
+		pageCtx, cancel := context.WithTimeout(ctx, s.timeout)
+		params.Context = pageCtx
+		iter := s.api.PaymentIntents.List(params)
+		var last string
+		n := 0
+		for iter.Next() {
+			pi := iter.PaymentIntent()
+			all = append(all, pi)
+			last = pi.ID
+			n++
+			if n == 100 {
+				break // one page; the next request starts after the last item
+			}
+		}
+		err := iter.Err()
+		more := iter.Meta() != nil && iter.Meta().HasMore && n == 100
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("error listing PaymentIntents of %s: %w", customer, err)
+		}
+		if !more {
+			return all, nil
+		}
+		params.StartingAfter = stripe.String(last)
+	}
+}
+
 // paymentIntentParams is the PaymentIntent request of a claimed charge: a
 // pure function of the charge row, so every attempt of a key generation
 // sends identical parameters (Stripe rejects a reused key with others).
@@ -112,39 +164,10 @@ func paymentIntentParams(c *ledger.Charge) *stripe.PaymentIntentParams {
 // outcome (DESIGN.md, money path step 5).
 func classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
 	if err == nil {
-		o := ledger.Outcome{StripePaymentIntentID: pi.ID, HTTPStatus: http.StatusOK}
+		o := outcomeFromPaymentIntent(pi)
+		o.HTTPStatus = http.StatusOK
 		if pi.LastResponse != nil {
 			o.StripeRequestID = pi.LastResponse.RequestID
-		}
-		switch pi.Status {
-		case stripe.PaymentIntentStatusSucceeded:
-			o.Class = ledger.OutcomeSucceeded
-			if pi.LatestCharge != nil {
-				o.StripeChargeID = pi.LatestCharge.ID
-			}
-		case stripe.PaymentIntentStatusProcessing:
-			o.Class = ledger.OutcomeProcessing
-		case stripe.PaymentIntentStatusRequiresAction, stripe.PaymentIntentStatusRequiresPaymentMethod,
-			stripe.PaymentIntentStatusCanceled:
-			o.Class = ledger.OutcomeFailed
-			o.ErrorCode = string(pi.Status)
-			if pi.LastPaymentError != nil {
-				o.ErrorCode = string(pi.LastPaymentError.Code)
-				o.ErrorMessage = pi.LastPaymentError.Msg
-			}
-			if o.ErrorCode == "" {
-				o.ErrorCode = string(pi.Status)
-			}
-			if o.ErrorMessage == "" {
-				o.ErrorMessage = "the payment needs the customer: the PaymentIntent is " + string(pi.Status)
-			}
-		default:
-			// requires_confirmation or requires_capture cannot follow
-			// confirm=true with automatic capture: a human must look.
-			o.Class = ledger.OutcomeHeld
-			o.ErrorType = "unexpected_status"
-			o.ErrorCode = string(pi.Status)
-			o.ErrorMessage = "PaymentIntent " + pi.ID + " is " + string(pi.Status)
 		}
 		return o
 	}
@@ -188,6 +211,40 @@ func classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
 	}
 	if o.Class == ledger.OutcomeFailed && o.ErrorCode == "" {
 		o.ErrorCode = string(se.Type)
+	}
+	return o
+}
+
+// outcomeFromPaymentIntent says what a PaymentIntent's status means for its
+// charge: the same mapping for an API answer, a reconciliation and a webhook.
+func outcomeFromPaymentIntent(pi *stripe.PaymentIntent) ledger.Outcome {
+	o := ledger.Outcome{StripePaymentIntentID: pi.ID}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusSucceeded:
+		o.Class = ledger.OutcomeSucceeded
+		if pi.LatestCharge != nil {
+			o.StripeChargeID = pi.LatestCharge.ID
+		}
+	case stripe.PaymentIntentStatusProcessing:
+		o.Class = ledger.OutcomeProcessing
+	case stripe.PaymentIntentStatusRequiresAction, stripe.PaymentIntentStatusRequiresPaymentMethod,
+		stripe.PaymentIntentStatusCanceled:
+		o.Class = ledger.OutcomeFailed
+		o.ErrorCode = string(pi.Status)
+		if pi.LastPaymentError != nil && pi.LastPaymentError.Code != "" {
+			o.ErrorCode = string(pi.LastPaymentError.Code)
+			o.ErrorMessage = pi.LastPaymentError.Msg
+		}
+		if o.ErrorMessage == "" {
+			o.ErrorMessage = "the payment needs the customer: the PaymentIntent is " + string(pi.Status)
+		}
+	default:
+		// requires_confirmation or requires_capture cannot follow
+		// confirm=true with automatic capture: a human must look.
+		o.Class = ledger.OutcomeHeld
+		o.ErrorType = "unexpected_status"
+		o.ErrorCode = string(pi.Status)
+		o.ErrorMessage = "PaymentIntent " + pi.ID + " is " + string(pi.Status)
 	}
 	return o
 }

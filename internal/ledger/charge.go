@@ -174,3 +174,52 @@ SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 AND NOT EXISTS (SELE
 	}
 	return c, nil
 }
+
+// ChargeJobRunNow makes the charge job of a charge's period run now (River
+// JobRetry: available at once; a discarded job is revived, a running one left
+// alone). The job finds the charge's state and does only what is left.
+func (l *Ledger) ChargeJobRunNow(ctx context.Context, chargeID int64) error {
+	return l.withTx(ctx, func(tx pgx.Tx) error {
+		var jobID *int64
+		err := tx.QueryRow(ctx, `
+SELECT p.charge_job_id FROM billing.charges c
+JOIN billing.periods p ON p.customer_id = c.customer_id AND p.period = c.period
+WHERE c.id = $1`, chargeID).Scan(&jobID)
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("charge %d %w", chargeID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("error finding charge job of charge %d: %w", chargeID, err)
+		}
+		if jobID == nil {
+			return fmt.Errorf("charge %d has no charge job", chargeID)
+		}
+		return l.config.Scheduler.ChargeJobRunNowTx(ctx, tx, *jobID)
+	})
+}
+
+// ChargeListStale returns up to limit unsettled charges (pending, unknown,
+// processing) whose lease is free or expired and whose last attempt (or
+// creation, when never attempted) is older than before: the reconciler's
+// work list, oldest first.
+func (l *Ledger) ChargeListStale(ctx context.Context, before time.Time, limit int) ([]*Charge, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+chargeColumns+`
+FROM billing.charges
+WHERE status IN ('pending', 'unknown', 'processing')
+  AND (lease_expires_at IS NULL OR lease_expires_at < $1)
+  AND coalesce(last_attempted_at, created_at) < $2
+ORDER BY coalesce(last_attempted_at, created_at)
+LIMIT $3`, l.now(), before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("error listing stale charges: %w", err)
+	}
+	charges, err := collectCharges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("error listing stale charges: %w", err)
+	}
+	return charges, nil
+}
+
+// Now returns the ledger's clock reading (Config.Clock), for callers that
+// must measure time the way the ledger does.
+func (l *Ledger) Now() time.Time { return l.now() }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,23 +36,33 @@ type ChargeClaimParams struct {
 	JobAttempt int
 }
 
-// Claim is a claimed charge and the attempt row of the Stripe call the
-// claimant is about to make.
+// Claim is a claimed charge. Unless Reconcile is set, AttemptID is the
+// attempt row of the Stripe call the claimant is about to make with
+// Charge.IdempotencyKey.
 type Claim struct {
 	Charge    *Charge
 	AttemptID int64
 	Owner     string
+
+	// Reconcile is set when the current key generation's first attempt is
+	// older than the Stripe key window: Stripe may have forgotten the key, so
+	// the claimant must look for the charge's PaymentIntents before any call
+	// (money path step 3), then adopt one or call ChargeGenerationNext.
+	Reconcile bool
+
+	params ChargeClaimParams
 }
 
 // ChargeClaim is step 2 of the money path. In one transaction it takes the
 // charge's lease if the charge is pending or unknown and the lease is free or
-// expired, counts the attempt, sets first_attempted_at (and that of the
-// current key generation) once, and appends the attempt's row to
-// billing.charge_attempts; it commits before the caller calls Stripe.
+// expired, counts the attempt and sets first_attempted_at once. Within the key
+// window it also appends the attempt row of the coming Stripe call and marks
+// the first use of the key generation; past the window it sets
+// Claim.Reconcile instead. It commits before the caller calls Stripe.
 //
-// It returns (nil, nil) with no claim when the charge is in any other status
-// (terminal, held, processing): there is nothing to do. It returns a
-// *LeaseHeldError when another live run holds the lease.
+// It returns (nil, nil) when the charge is in any other status (terminal,
+// held, processing): there is nothing to do. It returns a *LeaseHeldError
+// when another live run holds the lease.
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
 	var claim *Claim
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
@@ -76,34 +87,103 @@ UPDATE billing.charges
 SET lease_owner = $2, lease_expires_at = $3,
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),
-    generation_first_attempted_at = coalesce(generation_first_attempted_at, $4),
     last_attempted_at = $4, updated_at = $4
 WHERE id = $1
 RETURNING `+chargeColumns, p.ChargeID, p.Owner, now.Add(p.LeaseTTL), now))
 		if err != nil {
 			return fmt.Errorf("error taking lease: %w", err)
 		}
-		var jobID *int64
-		var jobAttempt *int
-		if p.JobID != 0 {
-			jobID, jobAttempt = &p.JobID, &p.JobAttempt
+		claim = &Claim{Charge: c, Owner: p.Owner, params: p}
+		if gen := c.GenerationFirstAttemptedAt; gen != nil && now.Sub(*gen) >= l.config.StripeKeyWindow {
+			claim.Reconcile = true
+			return nil
 		}
-		var attemptID int64
-		if err := tx.QueryRow(ctx, `
-INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
-                                     river_job_id, river_attempt, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, p.Owner, jobID, jobAttempt, now).Scan(&attemptID); err != nil {
-			return fmt.Errorf("error logging attempt: %w", err)
-		}
-		claim = &Claim{Charge: c, AttemptID: attemptID, Owner: p.Owner}
-		return nil
+		return attemptStartTx(ctx, tx, now, claim)
 	})
 	if err != nil {
-		if _, ok := err.(*LeaseHeldError); ok {
-			return nil, err
+		var held *LeaseHeldError
+		if errors.As(err, &held) {
+			return nil, held
 		}
 		return nil, fmt.Errorf("error claiming charge %d: %w", p.ChargeID, err)
 	}
 	return claim, nil
+}
+
+// attemptStartTx appends the attempt row of the Stripe call about to be made
+// with the claim's current key, and marks the first use of that key.
+func attemptStartTx(ctx context.Context, tx pgx.Tx, now time.Time, claim *Claim) error {
+	c := claim.Charge
+	var jobID *int64
+	var jobAttempt *int
+	if claim.params.JobID != 0 {
+		jobID, jobAttempt = &claim.params.JobID, &claim.params.JobAttempt
+	}
+	if err := tx.QueryRow(ctx, `
+INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
+                                     river_job_id, river_attempt, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now).Scan(&claim.AttemptID); err != nil {
+		return fmt.Errorf("error logging attempt: %w", err)
+	}
+	if c.GenerationFirstAttemptedAt == nil {
+		if _, err := tx.Exec(ctx, `
+UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.ID, now); err != nil {
+			return fmt.Errorf("error marking first use of key: %w", err)
+		}
+		c.GenerationFirstAttemptedAt = &now
+	}
+	return nil
+}
+
+// ChargeGenerationNext moves a claimed charge to its next key generation,
+// after reconciliation found no PaymentIntent for it on Stripe: the
+// generation count, a new idempotency key and a fresh key window, and the
+// attempt row of the coming call, in one committed transaction. It returns
+// ErrLeaseLost when the claim's lease was taken over.
+func (l *Ledger) ChargeGenerationNext(ctx context.Context, claim *Claim, actor string) (*Claim, error) {
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		c, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET key_generation = key_generation + 1,
+    idempotency_key = $3,
+    generation_first_attempted_at = NULL,
+    updated_at = $4
+WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown')
+RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner,
+			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, claim.Charge.KeyGeneration+1), now))
+		if err == pgx.ErrNoRows {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return fmt.Errorf("error starting key generation: %w", err)
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+			fmt.Sprintf("key generation %d: reconciliation found no PaymentIntent after the key window", c.KeyGeneration)); err != nil {
+			return err
+		}
+		claim.Charge, claim.Reconcile = c, false
+		return attemptStartTx(ctx, tx, now, claim)
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error moving charge %d to its next key generation: %w", claim.Charge.ID, err)
+	}
+	return claim, nil
+}
+
+// ChargeRelease gives up a claim's lease without an outcome, so the next run
+// need not wait for it to expire (the caller failed before calling Stripe).
+// Releasing a lease already lost is a no-op.
+func (l *Ledger) ChargeRelease(ctx context.Context, claim *Claim) error {
+	_, err := l.pool.Exec(ctx, `
+UPDATE billing.charges SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
+WHERE id = $1 AND lease_owner = $2`, claim.Charge.ID, claim.Owner, l.now())
+	if err != nil {
+		return fmt.Errorf("error releasing lease of charge %d: %w", claim.Charge.ID, err)
+	}
+	return nil
 }

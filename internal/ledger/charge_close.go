@@ -32,6 +32,9 @@ type PeriodCloseParams struct {
 //
 // It returns ErrNotFound when the period does not exist.
 func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge, error) {
+	if !validID(p.CustomerID) || !validID(p.Period) {
+		return nil, fmt.Errorf("period %s of customer %q %w", p.Period, p.CustomerID, ErrNotFound)
+	}
 	var charge *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
@@ -55,7 +58,7 @@ WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != ni
 			}
 		}
 		if p.RunChargeJobNow && jobID != nil {
-			if err := l.config.ChargeScheduler.ChargeJobRunNowTx(ctx, tx, *jobID); err != nil {
+			if err := l.config.Scheduler.ChargeJobRunNowTx(ctx, tx, *jobID); err != nil {
 				return err
 			}
 		}

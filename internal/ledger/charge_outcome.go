@@ -1,9 +1,12 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,6 +32,10 @@ type Outcome struct {
 	ErrorType             string
 	ErrorCode             string
 	ErrorMessage          string
+
+	// ResolvedBy says what decided a final outcome: stripe_response (the
+	// default), reconcile, webhook:<event id>.
+	ResolvedBy string
 }
 
 // ErrLeaseLost is returned by ChargeRecordOutcome when the caller no longer
@@ -37,12 +44,17 @@ type Outcome struct {
 var ErrLeaseLost = errors.New("charge lease lost")
 
 // ChargeRecordOutcome is step 5 of the money path. In one transaction it
-// finishes the claim's attempt row, moves the charge by the outcome's class
-// (succeeded, processing, failed, unknown, held; retry_later and error keep
-// its status), releases the lease, logs the transition with actor, and, when
-// the job's work is done (every class but unknown, retry_later and error),
-// runs done in the same transaction — the worker completes its River job
-// there, so the outcome and the job's completion commit together.
+// finishes the claim's attempt row (when it has one), moves the charge by the
+// outcome's class (succeeded, processing, failed, unknown, held; retry_later
+// and error keep its status), releases the lease, logs the transition with
+// actor, and, when the job's work is done (every class but unknown,
+// retry_later and error), runs done in the same transaction — the worker
+// completes its River job there, so the outcome and the job's completion
+// commit together.
+//
+// When a webhook or the reconciler settled the charge while the claimant was
+// calling Stripe, the charge keeps that status (transitions are monotonic);
+// the attempt is still recorded and done still runs.
 //
 // It returns ErrLeaseLost, writing nothing, when claim's lease was taken
 // over.
@@ -57,71 +69,42 @@ func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcom
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
-		if owner == nil || *owner != claim.Owner || (status != ChargePending && status != ChargeUnknown) {
+		if owner == nil || *owner != claim.Owner {
 			return ErrLeaseLost
 		}
 
-		tag, err := tx.Exec(ctx, `
+		if claim.AttemptID != 0 {
+			tag, err := tx.Exec(ctx, `
 UPDATE billing.charge_attempts
 SET finished_at = $2, outcome = $3, http_status = $4, stripe_request_id = $5,
     stripe_payment_intent_id = $6, error_type = $7, error_code = $8, error_message = $9
 WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o.HTTPStatus),
-			nullString(o.StripeRequestID), nullString(o.StripePaymentIntentID), nullString(o.ErrorType),
-			nullString(o.ErrorCode), nullString(o.ErrorMessage))
-		if err != nil {
-			return fmt.Errorf("error finishing attempt: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("attempt %d is already finished", claim.AttemptID)
+				nullString(o.StripeRequestID), nullString(o.StripePaymentIntentID), nullString(o.ErrorType),
+				nullString(o.ErrorCode), nullString(o.ErrorMessage))
+			if err != nil {
+				return fmt.Errorf("error finishing attempt: %w", err)
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("attempt %d is already finished", claim.AttemptID)
+			}
 		}
 
-		next := status
-		var resolvedBy, failureCode, failureMessage, heldReason *string
-		switch o.Class {
-		case OutcomeSucceeded, OutcomeFailed:
-			next = o.Class
-			resolvedBy = ptr("stripe_response")
-		case OutcomeProcessing, OutcomeUnknown:
-			next = o.Class
-		case OutcomeHeld:
-			next = ChargeHeld
-			heldReason = ptr(fmt.Sprintf("stripe answered %s %s: %s", o.ErrorType, o.ErrorCode, o.ErrorMessage))
-		case OutcomeRetryLater, OutcomeError:
-		default:
-			return fmt.Errorf("unknown outcome class %q", o.Class)
+		if chargeMovesForward(status, o.Class) {
+			charge, err = chargeApplyOutcomeTx(ctx, tx, now, claim.Charge.ID, status, o, actor, true)
+		} else {
+			// Settled meanwhile by a webhook or the reconciler: keep it.
+			charge, err = scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
+WHERE id = $1 RETURNING `+chargeColumns, claim.Charge.ID, now))
 		}
-		if o.Class == OutcomeFailed {
-			failureCode = nullString(o.ErrorCode)
-			failureMessage = nullString(o.ErrorMessage)
-		}
-		charge, err = scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges
-SET status = $2,
-    stripe_payment_intent_id = coalesce($3, stripe_payment_intent_id),
-    stripe_charge_id = coalesce($4, stripe_charge_id),
-    failure_code = coalesce($5, failure_code),
-    failure_message = coalesce($6, failure_message),
-    held_reason = coalesce($7, held_reason),
-    resolved_by = coalesce($8, resolved_by),
-    lease_owner = NULL, lease_expires_at = NULL, updated_at = $9
-WHERE id = $1
-RETURNING `+chargeColumns, claim.Charge.ID, next, nullString(o.StripePaymentIntentID),
-			nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, resolvedBy, now))
 		if err != nil {
-			return fmt.Errorf("error recording outcome: %w", err)
-		}
-		if next != status {
-			reason := o.ErrorCode
-			if o.StripePaymentIntentID != "" {
-				reason = "payment_intent " + o.StripePaymentIntentID + " " + reason
-			}
-			if err := transitionTx(ctx, tx, now, charge.ID, &status, next, actor, reason); err != nil {
-				return err
-			}
+			return fmt.Errorf("error applying outcome: %w", err)
 		}
 		switch o.Class {
 		case OutcomeUnknown, OutcomeRetryLater, OutcomeError:
-			return nil
+			if !charge.Terminal() {
+				return nil
+			}
 		}
 		if done != nil {
 			return done(ctx, tx)
@@ -133,6 +116,81 @@ RETURNING `+chargeColumns, claim.Charge.ID, next, nullString(o.StripePaymentInte
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcome of charge %d: %w", claim.Charge.ID, err)
+	}
+	return charge, nil
+}
+
+// chargeMovesForward reports whether an outcome of class may change a
+// charge in status. Transitions are monotonic: pending and unknown take any
+// outcome; processing only a final one; terminal and held charges none.
+func chargeMovesForward(status, class string) bool {
+	switch status {
+	case ChargePending, ChargeUnknown:
+		return true
+	case ChargeProcessing:
+		return class == OutcomeSucceeded || class == OutcomeFailed || class == OutcomeHeld
+	}
+	return false
+}
+
+// chargeApplyOutcomeTx moves a locked charge, now in status, by outcome o
+// and logs the transition; releaseLease also clears its lease.
+func chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, status string, o Outcome, actor string, releaseLease bool) (*Charge, error) {
+	next := status
+	var resolvedBy, failureCode, failureMessage, heldReason *string
+	switch o.Class {
+	case OutcomeSucceeded, OutcomeFailed:
+		next = o.Class
+		resolvedBy = ptr(cmp.Or(o.ResolvedBy, "stripe_response"))
+	case OutcomeProcessing:
+		if status != ChargeProcessing {
+			next = ChargeProcessing
+		}
+	case OutcomeUnknown:
+		next = ChargeUnknown
+	case OutcomeHeld:
+		next = ChargeHeld
+		heldReason = ptr(cmp.Or(o.ErrorMessage, "held"))
+		if o.ErrorType != "" {
+			heldReason = ptr(fmt.Sprintf("%s %s: %s", o.ErrorType, o.ErrorCode, o.ErrorMessage))
+		}
+	case OutcomeRetryLater, OutcomeError:
+	default:
+		return nil, fmt.Errorf("unknown outcome class %q", o.Class)
+	}
+	if o.Class == OutcomeFailed {
+		failureCode = nullString(o.ErrorCode)
+		failureMessage = nullString(o.ErrorMessage)
+	}
+	charge, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET status = $2,
+    stripe_payment_intent_id = coalesce($3, stripe_payment_intent_id),
+    stripe_charge_id = coalesce($4, stripe_charge_id),
+    failure_code = coalesce($5, failure_code),
+    failure_message = coalesce($6, failure_message),
+    held_reason = coalesce($7, held_reason),
+    resolved_by = coalesce($8, resolved_by),
+    lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
+    lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END,
+    updated_at = $10
+WHERE id = $1
+RETURNING `+chargeColumns, chargeID, next, nullString(o.StripePaymentIntentID),
+		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, resolvedBy, releaseLease, now))
+	if err != nil {
+		return nil, fmt.Errorf("error recording outcome: %w", err)
+	}
+	if next != status {
+		reason := o.ErrorCode
+		if o.StripePaymentIntentID != "" {
+			reason = strings.TrimSpace("payment_intent " + o.StripePaymentIntentID + " " + reason)
+		}
+		if heldReason != nil {
+			reason = *heldReason
+		}
+		if err := transitionTx(ctx, tx, now, charge.ID, &status, next, actor, reason); err != nil {
+			return nil, err
+		}
 	}
 	return charge, nil
 }

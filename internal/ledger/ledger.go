@@ -19,21 +19,30 @@ import (
 // accepted, when Config.CloseGrace is zero.
 const CloseGraceDefault = time.Hour
 
-// ChargeScheduler inserts the charge job of a (customer, period) in the
-// caller's transaction, scheduled at runAt, and returns the job's id. It is
-// implemented by internal/jobs (River's InsertTx with a unique job per
-// customer and period), so the job commits or rolls back with the period row
-// that asked for it: the transactional outbox.
-type ChargeScheduler interface {
+// StripeKeyWindowDefault is how long a charge's idempotency key is trusted
+// after its first use, when Config.StripeKeyWindow is zero. Stripe keeps a
+// key for at least 24 h; the hour of margin covers clock skew and slow calls.
+const StripeKeyWindowDefault = 23 * time.Hour
+
+// Scheduler inserts and reschedules River jobs in the caller's transaction,
+// so a job commits or rolls back with the ledger rows that asked for it: the
+// transactional outbox. internal/jobs implements it with River.
+type Scheduler interface {
+	// ChargeJobInsertTx inserts the charge job of (customerID, period),
+	// scheduled at runAt and unique per pair, and returns its id.
 	ChargeJobInsertTx(ctx context.Context, tx pgx.Tx, customerID, period string, runAt time.Time) (jobID int64, err error)
 
 	// ChargeJobRunNowTx makes the charge job with jobID available to run at
-	// once, in the caller's transaction; a running job is left alone.
+	// once; a running job is left alone.
 	ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64) error
+
+	// StripeEventJobInsertTx inserts the job that processes the stored Stripe
+	// event eventID, and returns its id.
+	StripeEventJobInsertTx(ctx context.Context, tx pgx.Tx, eventID string) (jobID int64, err error)
 }
 
-// Config configures a Ledger. Its zero value works except for ChargeScheduler,
-// which ingest requires.
+// Config configures a Ledger. Its zero value works except for Scheduler,
+// which ingest, closing and webhooks require.
 type Config struct {
 	// Cadence is the length of billing periods. Default CadenceMonth.
 	Cadence Cadence
@@ -42,11 +51,16 @@ type Config struct {
 	// events; it closes at end + CloseGrace. Default CloseGraceDefault.
 	CloseGrace time.Duration
 
+	// StripeKeyWindow is how long after the first attempt of a key
+	// generation the key may be reused without reconciling first. Default
+	// StripeKeyWindowDefault.
+	StripeKeyWindow time.Duration
+
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 
-	// ChargeScheduler inserts charge jobs in ingest transactions.
-	ChargeScheduler ChargeScheduler
+	// Scheduler inserts jobs in ledger transactions.
+	Scheduler Scheduler
 
 	// Logger receives the ledger's logs. Default: discarded.
 	Logger *slog.Logger
@@ -59,6 +73,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CloseGrace == 0 {
 		c.CloseGrace = CloseGraceDefault
+	}
+	if c.StripeKeyWindow == 0 {
+		c.StripeKeyWindow = StripeKeyWindowDefault
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -75,6 +92,9 @@ func (c Config) validate() error {
 	}
 	if c.CloseGrace < 0 {
 		return errors.New("CloseGrace must not be negative")
+	}
+	if c.StripeKeyWindow < 0 {
+		return errors.New("StripeKeyWindow must not be negative")
 	}
 	return nil
 }
@@ -147,6 +167,12 @@ func checkID(fe fieldErrors, field, id string, required bool) {
 	case hasControl(id):
 		fe.add(field, "must not contain control characters")
 	}
+}
+
+// validID reports whether id could have been stored: a lookup of anything
+// else finds nothing, without sending Postgres bytes it refuses.
+func validID(id string) bool {
+	return id != "" && len(id) <= idMaxBytes && utf8.ValidString(id) && !hasControl(id)
 }
 
 func hasControl(s string) bool {

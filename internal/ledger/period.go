@@ -124,6 +124,9 @@ func scanPeriod(row pgx.Row) (*Period, error) {
 // PeriodGet returns one period of a customer with its event count and total.
 // It returns ErrNotFound when the customer has no such period.
 func (l *Ledger) PeriodGet(ctx context.Context, customerID, period string) (*Period, error) {
+	if !validID(customerID) || !validID(period) {
+		return nil, fmt.Errorf("period %s of customer %q %w", period, customerID, ErrNotFound)
+	}
 	p, err := scanPeriod(l.pool.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, customerID, period))
 	if err == pgx.ErrNoRows {

@@ -94,10 +94,10 @@ ON CONFLICT (customer_id, period) DO NOTHING`,
 	if tag.RowsAffected() == 0 {
 		return nil
 	}
-	if l.config.ChargeScheduler == nil {
-		return fmt.Errorf("error creating period %s/%s: ledger has no ChargeScheduler", k.customerID, k.period)
+	if l.config.Scheduler == nil {
+		return fmt.Errorf("error creating period %s/%s: ledger has no Scheduler", k.customerID, k.period)
 	}
-	jobID, err := l.config.ChargeScheduler.ChargeJobInsertTx(ctx, tx, k.customerID, k.period, closesAt)
+	jobID, err := l.config.Scheduler.ChargeJobInsertTx(ctx, tx, k.customerID, k.period, closesAt)
 	if err != nil {
 		return fmt.Errorf("error inserting charge job of period %s/%s: %w", k.customerID, k.period, err)
 	}

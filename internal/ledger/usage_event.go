@@ -92,6 +92,8 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 		dec.UseNumber()
 		if err := dec.Decode(&obj); err != nil || obj == nil {
 			fe.add("properties", "must be a JSON object")
+		} else if hasNUL(obj) {
+			fe.add("properties", "must not contain the NUL character (\\u0000) in keys or strings")
 		} else if props, err = json.Marshal(obj); err != nil { // canonical: sorted keys
 			fe.add("properties", "must be a JSON object")
 		}
@@ -136,6 +138,28 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 	}, nil
 }
 
+// hasNUL reports whether a decoded JSON value holds a NUL in any key or
+// string; Postgres jsonb cannot store one.
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case map[string]any:
+		for k, e := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // UsageEventRecord records one usage event; see UsageEventRecordBatch for the
 // rules. It returns a *ValidationError or *ConflictError (not a BatchError)
 // when the event is rejected.
@@ -168,6 +192,19 @@ func (l *Ledger) UsageEventRecord(ctx context.Context, p UsageEventParams) (*Usa
 // of each failing index. It returns a *ValidationError (field "events") when
 // the batch is empty or holds more than UsageEventBatchMax events.
 func (l *Ledger) UsageEventRecordBatch(ctx context.Context, params []UsageEventParams) ([]*UsageEventResult, error) {
+	return l.recordBatch(ctx, params, true)
+}
+
+// UsageEventCheckBatch checks events exactly as UsageEventRecordBatch would
+// record them, and writes nothing: it returns the *BatchError that recording
+// would, or nil. The API uses it to report every problem of a batch whose
+// other items it could not even decode.
+func (l *Ledger) UsageEventCheckBatch(ctx context.Context, params []UsageEventParams) error {
+	_, err := l.recordBatch(ctx, params, false)
+	return err
+}
+
+func (l *Ledger) recordBatch(ctx context.Context, params []UsageEventParams, commit bool) ([]*UsageEventResult, error) {
 	if len(params) == 0 || len(params) > UsageEventBatchMax {
 		return nil, &ValidationError{Fields: map[string]string{
 			"events": fmt.Sprintf("must hold between 1 and %d events; got %d", UsageEventBatchMax, len(params)),
@@ -204,12 +241,15 @@ func (l *Ledger) UsageEventRecordBatch(ctx context.Context, params []UsageEventP
 		for i, e := range dbErrs {
 			itemErrs[i] = e
 		}
-		if len(itemErrs) > 0 {
+		if len(itemErrs) > 0 || !commit {
 			return errRollback
 		}
 		results = found
 		return nil
 	})
+	if errors.Is(err, errRollback) && len(itemErrs) == 0 {
+		return nil, nil // checked, nothing wrong, nothing written
+	}
 	if errors.Is(err, errRollback) {
 		return nil, &BatchError{Items: itemErrs}
 	}

@@ -289,7 +289,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 		t.Parallel()
 		ctx, b := setup(t)
 		failing := &failingScheduler{}
-		l, err := ledger.New(b.Pool, ledger.Config{Clock: b.Clock.Now, ChargeScheduler: failing})
+		l, err := ledger.New(b.Pool, ledger.Config{Clock: b.Clock.Now, Scheduler: failing})
 		require.NoError(t, err)
 		_, err = l.UsageEventRecord(ctx, event("e1", 100))
 		require.ErrorIs(t, err, errSchedulerAfterInsert)
@@ -315,7 +315,7 @@ var errSchedulerAfterInsert = errors.New("scheduler failed after inserting the j
 // failingScheduler inserts the real job in the caller's transaction and then
 // fails, as a crash between the job insert and the commit would.
 type failingScheduler struct {
-	ledger.ChargeScheduler
+	ledger.Scheduler
 	inserted bool
 }
 

@@ -76,8 +76,8 @@ func New(t testing.TB, config ledger.Config) *Bundle {
 	if config.Clock == nil {
 		config.Clock = clock.Now
 	}
-	if config.ChargeScheduler == nil {
-		config.ChargeScheduler = jobs.ChargeScheduler{Client: client}
+	if config.Scheduler == nil {
+		config.Scheduler = jobs.Scheduler{Client: client}
 	}
 	if config.Logger == nil {
 		config.Logger = logger

@@ -89,6 +89,14 @@ func Up(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 // and River migration, and writes one line per rolled-back migration to out.
 func Down(ctx context.Context, pool *pgxpool.Pool, out io.Writer, opts DownOpts) error {
 	return withLock(ctx, pool, func(db *sql.DB) error {
+		versioned, err := hasVersionTable(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if !versioned {
+			fmt.Fprintln(out, "nothing to roll back: no tally migration was ever applied")
+			return nil
+		}
 		provider, err := newProvider(db)
 		if err != nil {
 			return err
@@ -132,9 +140,20 @@ func Status(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	statuses, err := provider.Status(ctx)
+	versioned, err := hasVersionTable(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("error reading tally migration status: %w", err)
+		return err
+	}
+	var statuses []*goose.MigrationStatus
+	if versioned {
+		if statuses, err = provider.Status(ctx); err != nil {
+			return fmt.Errorf("error reading tally migration status: %w", err)
+		}
+	} else {
+		// Reading goose's status would create its table: list the sources.
+		for _, src := range provider.ListSources() {
+			statuses = append(statuses, &goose.MigrationStatus{Source: src, State: goose.StatePending})
+		}
 	}
 	for _, s := range statuses {
 		when := "pending"
@@ -154,8 +173,16 @@ func Status(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 }
 
 // Check returns nil when every Tally and River migration is applied, and an
-// error saying what is pending otherwise. The server's /readyz uses it.
+// error saying what is pending otherwise. The server's /readyz uses it; it
+// only reads.
 func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	versioned, err := hasVersionTable(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !versioned {
+		return errors.New("tally migrations pending: no migration applied yet; run migrate up")
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	provider, err := newProvider(db)
@@ -177,6 +204,16 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("river migrations pending: %v", res.Messages)
 	}
 	return nil
+}
+
+// hasVersionTable reports whether goose's version table exists; goose itself
+// would create it on first read.
+func hasVersionTable(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, gooseTable).Scan(&exists); err != nil {
+		return false, fmt.Errorf("error looking for %s: %w", gooseTable, err)
+	}
+	return exists, nil
 }
 
 func newProvider(db *sql.DB) (*goose.Provider, error) {

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// testEnv returns a getenv over a valid base environment with overrides; an
+// override of "" unsets the variable.
+func testEnv(overrides map[string]string) func(string) string {
+	env := map[string]string{
+		"DATABASE_URL":   "postgres://tally@127.0.0.1:5432/tally",
+		"STRIPE_API_KEY": "rk_test_123",
+	}
+	for k, v := range overrides {
+		env[k] = v
+	}
+	return func(k string) string { return env[k] }
+}
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BadVariableIsNamed", func(t *testing.T) {
+		t.Parallel()
+		cases := []struct {
+			name string
+			env  map[string]string
+		}{
+			{"DATABASE_URL", map[string]string{"DATABASE_URL": ""}},
+			{"DATABASE_URL", map[string]string{"DATABASE_URL": "   "}},
+			{"STRIPE_API_BASE", map[string]string{"STRIPE_API_BASE": "localhost:12111"}},
+			{"STRIPE_API_KEY", map[string]string{"STRIPE_API_KEY": ""}},
+			{"STRIPE_API_KEY", map[string]string{"STRIPE_API_KEY": "pk_test_123"}},
+			{"STRIPE_TIMEOUT", map[string]string{"STRIPE_TIMEOUT": "-1s"}},
+			{"STRIPE_TIMEOUT", map[string]string{"STRIPE_TIMEOUT": "0s"}},
+			{"STRIPE_TIMEOUT", map[string]string{"STRIPE_TIMEOUT": "30"}},
+			{"STRIPE_WEBHOOK_SECRET", map[string]string{"STRIPE_WEBHOOK_SECRET": "secret"}},
+			{"TALLY_ALLOW_LIVE_SECRET_KEY", map[string]string{"TALLY_ALLOW_LIVE_SECRET_KEY": "maybe"}},
+			{"TALLY_CLOSE_GRACE", map[string]string{"TALLY_CLOSE_GRACE": "abc"}},
+			{"TALLY_LOG_LEVEL", map[string]string{"TALLY_LOG_LEVEL": "loud"}},
+			{"TALLY_PERIOD", map[string]string{"TALLY_PERIOD": "week"}},
+			{"TALLY_PERIOD_BUDGET_CENTS", map[string]string{"TALLY_PERIOD_BUDGET_CENTS": "-5"}},
+			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "foo"}},
+			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "api,foo"}},
+			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": ","}},
+			{"TALLY_STRIPE_KEY_WINDOW", map[string]string{"TALLY_STRIPE_KEY_WINDOW": "1 day"}},
+			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "0"}},
+			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "many"}},
+		}
+		for _, tc := range cases {
+			c, err := loadConfig(testEnv(tc.env))
+			require.Error(t, err, "%v", tc.env)
+			require.Nil(t, c)
+			require.Contains(t, err.Error(), tc.name+":", "%v", tc.env)
+		}
+	})
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadConfig(testEnv(nil))
+		require.NoError(t, err)
+		// The documented defaults (DESIGN.md, Configuration).
+		require.Equal(t, "postgres://tally@127.0.0.1:5432/tally", c.DatabaseURL)
+		require.Equal(t, ":8080", c.HTTPAddr)
+		require.Equal(t, []string{"api", "worker"}, c.Roles)
+		require.Equal(t, 50, c.Workers)
+		require.Equal(t, ledger.CadenceMonth, c.Cadence)
+		require.Equal(t, time.Hour, c.CloseGrace)
+		require.Nil(t, c.PeriodBudgetCents)
+		require.Equal(t, 23*time.Hour, c.StripeKeyWindow)
+		require.Equal(t, "rk_test_123", c.StripeAPIKey)
+		require.Empty(t, c.StripeAPIBase)
+		require.Empty(t, c.StripeWebhookSecret)
+		require.Equal(t, 30*time.Second, c.StripeTimeout)
+		require.False(t, c.AllowLiveSecretKey)
+		require.Equal(t, slog.LevelInfo, c.LogLevel)
+		require.Equal(t, 25*time.Second, c.ShutdownTimeout)
+		require.Zero(t, c.DBMaxConns)
+	})
+
+	t.Run("EveryProblemAtOnce", func(t *testing.T) {
+		t.Parallel()
+		_, err := loadConfig(testEnv(map[string]string{
+			"DATABASE_URL": "", "TALLY_PERIOD": "week", "TALLY_WORKERS": "0", "STRIPE_TIMEOUT": "-1s",
+		}))
+		require.Error(t, err)
+		for _, name := range []string{"DATABASE_URL", "TALLY_PERIOD", "TALLY_WORKERS", "STRIPE_TIMEOUT"} {
+			require.Contains(t, err.Error(), name+":")
+		}
+	})
+
+	t.Run("LiveSecretKeyAllowedExplicitly", func(t *testing.T) {
+		t.Parallel()
+		for _, v := range []string{"true", "1", "yes", "TRUE"} {
+			c, err := loadConfig(testEnv(map[string]string{"STRIPE_API_KEY": "sk_live_abc", "TALLY_ALLOW_LIVE_SECRET_KEY": v}))
+			require.NoError(t, err, v)
+			require.True(t, c.AllowLiveSecretKey)
+			require.Equal(t, "sk_live_abc", c.StripeAPIKey)
+		}
+	})
+
+	t.Run("LiveSecretKeyRefused", func(t *testing.T) {
+		t.Parallel()
+		for _, allow := range []string{"", "false"} {
+			_, err := loadConfig(testEnv(map[string]string{"STRIPE_API_KEY": "sk_live_supersecret", "TALLY_ALLOW_LIVE_SECRET_KEY": allow}))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "STRIPE_API_KEY:")
+			require.Contains(t, err.Error(), "TALLY_ALLOW_LIVE_SECRET_KEY")
+			require.NotContains(t, err.Error(), "supersecret", "the key must not be echoed")
+		}
+		// Restricted live keys and test secret keys are fine.
+		for _, key := range []string{"rk_live_abc", "sk_test_abc"} {
+			_, err := loadConfig(testEnv(map[string]string{"STRIPE_API_KEY": key}))
+			require.NoError(t, err, key)
+		}
+	})
+
+	t.Run("Overrides", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadConfig(testEnv(map[string]string{
+			"TALLY_HTTP_ADDR":             "127.0.0.1:9999",
+			"TALLY_ROLES":                 " worker , api,worker ",
+			"TALLY_WORKERS":               "7",
+			"TALLY_PERIOD":                "hour",
+			"TALLY_CLOSE_GRACE":           "15m",
+			"TALLY_PERIOD_BUDGET_CENTS":   "100000",
+			"TALLY_STRIPE_KEY_WINDOW":     "20h",
+			"STRIPE_API_BASE":             "http://127.0.0.1:12111",
+			"STRIPE_WEBHOOK_SECRET":       "whsec_x",
+			"STRIPE_TIMEOUT":              "5s",
+			"TALLY_LOG_LEVEL":             "debug",
+			"TALLY_SHUTDOWN_TIMEOUT":      "3s",
+			"TALLY_DB_MAX_CONNS":          "12",
+			"TALLY_ALLOW_LIVE_SECRET_KEY": "no",
+		}))
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1:9999", c.HTTPAddr)
+		require.Equal(t, []string{"worker", "api"}, c.Roles)
+		require.Equal(t, 7, c.Workers)
+		require.Equal(t, ledger.CadenceHour, c.Cadence)
+		require.Equal(t, 15*time.Minute, c.CloseGrace)
+		require.Equal(t, int64(100000), *c.PeriodBudgetCents)
+		require.Equal(t, 20*time.Hour, c.StripeKeyWindow)
+		require.Equal(t, "http://127.0.0.1:12111", c.StripeAPIBase)
+		require.Equal(t, "whsec_x", c.StripeWebhookSecret)
+		require.Equal(t, 5*time.Second, c.StripeTimeout)
+		require.Equal(t, slog.LevelDebug, c.LogLevel)
+		require.Equal(t, 3*time.Second, c.ShutdownTimeout)
+		require.Equal(t, int32(12), c.DBMaxConns)
+		require.False(t, c.AllowLiveSecretKey)
+	})
+
+	t.Run("StripeKeyNotNeededWithoutWorkerRole", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadConfig(testEnv(map[string]string{"TALLY_ROLES": "api", "STRIPE_API_KEY": ""}))
+		require.NoError(t, err)
+		require.Equal(t, []string{"api"}, c.Roles)
+
+		_, err = loadConfig(testEnv(map[string]string{"TALLY_ROLES": "worker", "STRIPE_API_KEY": ""}))
+		require.ErrorContains(t, err, "STRIPE_API_KEY:")
+	})
+}

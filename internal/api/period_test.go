@@ -1,0 +1,139 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// periodBody is a billing period as the API answers it.
+type periodBody struct {
+	CustomerID  string     `json:"customer_id"`
+	Period      string     `json:"period"`
+	Status      string     `json:"status"`
+	Currency    string     `json:"currency"`
+	EventCount  int64      `json:"event_count"`
+	TotalCents  int64      `json:"total_cents"`
+	StartsAt    time.Time  `json:"starts_at"`
+	EndsAt      time.Time  `json:"ends_at"`
+	ClosesAt    time.Time  `json:"closes_at"`
+	ClosedAt    *time.Time `json:"closed_at"`
+	ChargeJobID *int64     `json:"charge_job_id"`
+}
+
+func TestPeriodGet(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Closed", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now()`)
+		require.NoError(t, err)
+
+		rec := b.do(http.MethodGet, "/v1/customers/acme/periods/2026-11", "")
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		p := decodeJSON[periodBody](t, rec)
+		require.Equal(t, "closed", p.Status)
+		require.NotNil(t, p.ClosedAt)
+		require.Equal(t, int64(1), p.EventCount)
+	})
+
+	t.Run("Found", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e2", 250)).Code)
+		require.Equal(t, http.StatusOK, b.postEvent(eventJSON("e2", 250)).Code, "a replay is not counted twice")
+
+		rec := b.do(http.MethodGet, "/v1/customers/acme/periods/2026-11", "")
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		p := decodeJSON[periodBody](t, rec)
+		require.Equal(t, "acme", p.CustomerID)
+		require.Equal(t, "2026-11", p.Period)
+		require.Equal(t, "open", p.Status)
+		require.Equal(t, "usd", p.Currency)
+		require.Equal(t, int64(2), p.EventCount)
+		require.Equal(t, int64(350), p.TotalCents)
+		require.True(t, p.StartsAt.Equal(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)))
+		require.True(t, p.EndsAt.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)))
+		require.True(t, p.ClosesAt.Equal(time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC)))
+		require.Nil(t, p.ClosedAt)
+		require.NotNil(t, p.ChargeJobID)
+		require.Equal(t, *p.ChargeJobID, b.Count(t, "SELECT id FROM river.river_job WHERE kind = 'charge_period'"))
+	})
+
+	t.Run("MalformedLabel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		for _, label := range []string{"2026-13", "2026-11-14", "nov", "2026-1", "2026-11%20"} {
+			requireInvalid(t, b.do(http.MethodGet, "/v1/customers/acme/periods/"+label, ""), "period")
+		}
+	})
+
+	t.Run("UnknownCustomer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost/periods/2026-11", ""), http.StatusNotFound, "not_found")
+	})
+
+	t.Run("UnknownPeriod", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
+		p := requireProblem(t, b.do(http.MethodGet, "/v1/customers/acme/periods/2026-10", ""), http.StatusNotFound, "not_found")
+		require.Contains(t, p.Detail, "2026-10")
+	})
+}
+
+func TestPeriodList(t *testing.T) {
+	t.Parallel()
+
+	type listBody struct {
+		Data []periodBody `json:"data"`
+	}
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		rec := b.do(http.MethodGet, "/v1/customers/acme/periods", "")
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		require.JSONEq(t, `{"data":[]}`, rec.Body.String())
+	})
+
+	t.Run("NewestFirst", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		b.Clock.Set(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC))
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("oct", 40)).Code)
+		b.Clock.Set(time.Date(2026, 11, 14, 0, 0, 0, 0, time.UTC))
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("nov1", 10)).Code)
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("nov2", 15)).Code)
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now() WHERE period = '2026-10'`)
+		require.NoError(t, err)
+
+		rec := b.do(http.MethodGet, "/v1/customers/acme/periods", "")
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		list := decodeJSON[listBody](t, rec)
+		require.Len(t, list.Data, 2)
+		nov, oct := list.Data[0], list.Data[1]
+		require.Equal(t, "2026-11", nov.Period)
+		require.Equal(t, "open", nov.Status)
+		require.Equal(t, int64(2), nov.EventCount)
+		require.Equal(t, int64(25), nov.TotalCents)
+		require.Equal(t, "2026-10", oct.Period)
+		require.Equal(t, "closed", oct.Status)
+		require.Equal(t, int64(1), oct.EventCount)
+		require.Equal(t, int64(40), oct.TotalCents)
+	})
+
+	t.Run("UnknownCustomer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost/periods", ""), http.StatusNotFound, "not_found")
+	})
+}

@@ -1,0 +1,132 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// reconcileLookback is how long before a charge's first attempt the search
+// for its PaymentIntents starts, covering clock skew between Tally and Stripe.
+const reconcileLookback = time.Hour
+
+// chargePaymentIntents returns the PaymentIntents on Stripe that belong to
+// charge c: its Stripe customer's PaymentIntents created since the charge's
+// very first attempt (any key generation) minus reconcileLookback, every
+// page, matched by metadata.tally_charge_key — which stays the same across
+// key generations, so an earlier generation's PaymentIntent is never missed.
+// It lists; it never uses Stripe Search, which lags.
+func chargePaymentIntents(ctx context.Context, s Stripe, c *ledger.Charge) ([]*stripe.PaymentIntent, error) {
+	since := c.CreatedAt
+	if c.FirstAttemptedAt != nil {
+		since = *c.FirstAttemptedAt
+	}
+	all, err := s.PaymentIntentList(ctx, c.StripeCustomerID, since.Add(-reconcileLookback))
+	if err != nil {
+		return nil, err
+	}
+	var mine []*stripe.PaymentIntent
+	for _, pi := range all {
+		if pi.Metadata["tally_charge_key"] == c.ChargeKey {
+			mine = append(mine, pi)
+		}
+	}
+	return mine, nil
+}
+
+// reconcileOutcome says what the charge's PaymentIntents on Stripe mean: one
+// → its outcome (resolved by reconcile); more than one → held, a double charge
+// a human must see. found is false when there is none.
+func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.Outcome, found bool) {
+	switch len(pis) {
+	case 0:
+		return ledger.Outcome{}, false
+	case 1:
+		o = outcomeFromPaymentIntent(pis[0])
+		o.ResolvedBy = "reconcile"
+		return o, true
+	}
+	ids := make([]string, len(pis))
+	for i, pi := range pis {
+		ids[i] = pi.ID
+	}
+	return ledger.Outcome{
+		Class:     ledger.OutcomeHeld,
+		ErrorType: "double_charge",
+		ErrorMessage: fmt.Sprintf("ALERT double charge: %d PaymentIntents carry tally_charge_key %s: %s",
+			len(pis), c.ChargeKey, strings.Join(ids, ", ")),
+	}, true
+}
+
+// ReconcileResult is what ReconcileCharge did.
+type ReconcileResult struct {
+	Charge *ledger.Charge
+
+	// Action is resolved (the charge took Stripe's outcome), unchanged
+	// (Stripe agrees or has nothing final yet), requeued (no PaymentIntent:
+	// the charge job was made to run now) or skipped (a live worker holds it,
+	// or it is settled).
+	Action string
+
+	// PaymentIntents are the charge's PaymentIntents found on Stripe.
+	PaymentIntents []string
+}
+
+// ReconcileCharge brings one unsettled charge in line with Stripe: by its
+// PaymentIntent when the ledger knows it, else by listing the customer's
+// PaymentIntents for the charge's key. One found → the charge takes its
+// outcome; several → held; none → the charge job is made to run now, to
+// retry with its key (or, past the key window, reconcile and move to the
+// next key generation under its lease). It is safe to run at any time, from
+// any number of processes: every write is monotonic.
+func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.Charge) (*ReconcileResult, error) {
+	res := &ReconcileResult{Charge: c, Action: "skipped"}
+	switch c.Status {
+	case ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing:
+	default:
+		return res, nil
+	}
+
+	var pis []*stripe.PaymentIntent
+	if c.StripePaymentIntentID != nil {
+		pi, err := s.PaymentIntentGet(ctx, *c.StripePaymentIntentID)
+		if err != nil {
+			return nil, fmt.Errorf("error retrieving PaymentIntent %s: %w", *c.StripePaymentIntentID, err)
+		}
+		pis = []*stripe.PaymentIntent{pi}
+	} else {
+		var err error
+		if pis, err = chargePaymentIntents(ctx, s, c); err != nil {
+			return nil, err
+		}
+	}
+	for _, pi := range pis {
+		res.PaymentIntents = append(res.PaymentIntents, pi.ID)
+	}
+
+	o, found := reconcileOutcome(c, pis)
+	if !found {
+		if c.LeaseOwner != nil && c.LeaseExpiresAt != nil && c.LeaseExpiresAt.After(l.Now()) {
+			return res, nil // a live worker is on it
+		}
+		if err := l.ChargeJobRunNow(ctx, c.ID); err != nil {
+			return nil, err
+		}
+		res.Action = "requeued"
+		return res, nil
+	}
+	charge, changed, err := l.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Outcome: o, Actor: "reconciler"})
+	if err != nil {
+		return nil, err
+	}
+	res.Charge, res.Action = charge, "unchanged"
+	if changed {
+		res.Action = "resolved"
+	}
+	return res, nil
+}

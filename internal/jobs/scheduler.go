@@ -1,0 +1,48 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// Scheduler implements ledger.Scheduler with a River client, which may be
+// insert-only.
+type Scheduler struct {
+	Client *river.Client[pgx.Tx]
+}
+
+// ChargeJobInsertTx inserts the charge_period job for (customerID, period) in
+// tx, scheduled at runAt, and returns its id — the existing job's id when
+// River's unique constraint finds one.
+func (s Scheduler) ChargeJobInsertTx(ctx context.Context, tx pgx.Tx, customerID, period string, runAt time.Time) (int64, error) {
+	res, err := s.Client.InsertTx(ctx, tx, ChargePeriodArgs{CustomerID: customerID, Period: period},
+		&river.InsertOpts{ScheduledAt: runAt})
+	if err != nil {
+		return 0, fmt.Errorf("error inserting charge job %s/%s: %w", customerID, period, err)
+	}
+	return res.Job.ID, nil
+}
+
+// ChargeJobRunNowTx makes the job available at once in tx (River's
+// JobRetryTx); a running job is left alone, a finished one runs again and
+// finds its charge settled.
+func (s Scheduler) ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if _, err := s.Client.JobRetryTx(ctx, tx, jobID); err != nil {
+		return fmt.Errorf("error making charge job %d run now: %w", jobID, err)
+	}
+	return nil
+}
+
+// StripeEventJobInsertTx inserts the stripe_event job of a stored event in tx
+// and returns its id.
+func (s Scheduler) StripeEventJobInsertTx(ctx context.Context, tx pgx.Tx, eventID string) (int64, error) {
+	res, err := s.Client.InsertTx(ctx, tx, StripeEventArgs{EventID: eventID}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting job of stripe event %s: %w", eventID, err)
+	}
+	return res.Job.ID, nil
+}

@@ -1,0 +1,125 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DoubleChargeError reports a second PaymentIntent carrying a charge's key:
+// money may have moved twice, and a human must look. The charge is held
+// when it was not yet final.
+type DoubleChargeError struct {
+	ChargeID       int64
+	PaymentIntents []string
+}
+
+func (e *DoubleChargeError) Error() string {
+	return fmt.Sprintf("ALERT double charge: charge %d has PaymentIntents %v", e.ChargeID, e.PaymentIntents)
+}
+
+// ChargeResolveParams are the fields of ChargeResolve. The charge is found
+// by ChargeID, else by Outcome.StripePaymentIntentID, else by ChargeKey.
+type ChargeResolveParams struct {
+	ChargeID  int64
+	ChargeKey string
+
+	// Outcome is what Stripe says of the charge's PaymentIntent now.
+	Outcome Outcome
+
+	// Actor is who resolves: webhook:<event id>, reconciler, operator:….
+	Actor string
+}
+
+// ChargeResolve settles a charge from what Stripe says of its PaymentIntent
+// (a webhook, the reconciler) in its own transaction; see ChargeResolveTx.
+func (l *Ledger) ChargeResolve(ctx context.Context, p ChargeResolveParams) (*Charge, bool, error) {
+	var (
+		charge  *Charge
+		changed bool
+		double  *DoubleChargeError
+	)
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		double = nil
+		charge, changed, err = l.ChargeResolveTx(ctx, tx, p)
+		if errors.As(err, &double) {
+			return nil // commit the hold, if any, and report the double charge
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if double != nil {
+		return charge, changed, double
+	}
+	return charge, changed, nil
+}
+
+// ChargeResolveTx settles a charge in the caller's transaction from what
+// Stripe says of its PaymentIntent, and reports whether the charge changed.
+// Transitions are monotonic (see chargeMovesForward): a late or replayed
+// answer never moves a charge backwards, so applying the same news twice, or
+// old news after new, changes nothing. The lease is left alone: a worker still
+// calling Stripe records its attempt later and keeps this status.
+//
+// It returns ErrNotFound when no charge matches (a PaymentIntent Tally did not
+// create), and a *DoubleChargeError when the charge already has a different
+// PaymentIntent — the charge is then held if it was not final.
+func (l *Ledger) ChargeResolveTx(ctx context.Context, tx pgx.Tx, p ChargeResolveParams) (*Charge, bool, error) {
+	now := l.now()
+	var row pgx.Row
+	switch pi := p.Outcome.StripePaymentIntentID; {
+	case p.ChargeID != 0:
+		row = tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID)
+	case pi != "" && p.ChargeKey != "":
+		row = tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges
+WHERE stripe_payment_intent_id = $1 OR charge_key = $2
+ORDER BY (stripe_payment_intent_id = $1) DESC NULLS LAST LIMIT 1 FOR UPDATE`, pi, p.ChargeKey)
+	case pi != "":
+		row = tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE stripe_payment_intent_id = $1 FOR UPDATE`, pi)
+	case p.ChargeKey != "":
+		row = tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE charge_key = $1 FOR UPDATE`, p.ChargeKey)
+	default:
+		return nil, false, fmt.Errorf("charge to resolve %w: no id, PaymentIntent or key given", ErrNotFound)
+	}
+	c, err := scanCharge(row)
+	if err == pgx.ErrNoRows {
+		return nil, false, fmt.Errorf("charge for PaymentIntent %q / key %q %w", p.Outcome.StripePaymentIntentID, p.ChargeKey, ErrNotFound)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("error locking charge: %w", err)
+	}
+
+	o := p.Outcome
+	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi &&
+		(o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) {
+		dc := &DoubleChargeError{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
+		if c.Terminal() || c.Status == ChargeHeld {
+			return c, false, dc
+		}
+		held, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, Outcome{
+			Class: OutcomeHeld, ErrorType: "double_charge", ErrorMessage: dc.Error(),
+		}, p.Actor, false)
+		if err != nil {
+			return nil, false, err
+		}
+		return held, true, dc
+	}
+	if !chargeMovesForward(c.Status, o.Class) {
+		return c, false, nil
+	}
+	switch o.Class {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeProcessing, OutcomeHeld:
+	default:
+		return c, false, nil // unknown news settles nothing
+	}
+	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, o, p.Actor, false)
+	if err != nil {
+		return nil, false, err
+	}
+	return updated, updated.Status != c.Status, nil
+}
