@@ -12,7 +12,7 @@ CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
 
-.PHONY: help test scale vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test scale chaos vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -29,6 +29,10 @@ scale: ## 1,000 customers x 1 period closed at once against the simulator: one P
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" TALLY_SCALE_CUSTOMERS=1000 \
 	  $(GO) test -count=1 -run 'TestChargeManyCustomers' -v ./internal/jobs/
+
+chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce)
+	bash scripts/ensure-postgres.sh >/dev/null
+	$(GO) run ./cmd/chaos $(if $(SEED),--seed $(SEED))
 
 vet: ## go vet
 	$(GO) vet $(PKGS)

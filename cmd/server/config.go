@@ -39,6 +39,7 @@ type config struct {
 	CloseGrace           time.Duration
 	PeriodBudgetCents    *int64
 	StripeKeyWindow      time.Duration
+	RetryMaxDelay        time.Duration
 	ReconcileInterval    time.Duration
 	ReconcileAfter       time.Duration
 	StripeEventRetention time.Duration
@@ -99,6 +100,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
 		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
+		RetryMaxDelay:        duration("TALLY_RETRY_MAX_DELAY", jobs.RetryMaxDelayDefault),
 		ReconcileAfter:       duration("TALLY_RECONCILE_AFTER", jobs.ReconcileAfterDefault),
 		StripeEventRetention: duration("TALLY_STRIPE_EVENT_RETENTION", ledger.StripeEventRetentionDefault),
 		StripeAPIKey:         get("STRIPE_API_KEY", ""),

@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Concurrency:          cfg.Workers,
 			Logger:               logger,
 			ReconcileInterval:    cfg.ReconcileInterval,
+			RetryMaxDelay:        cfg.RetryMaxDelay,
 			ReconcileAfter:       cfg.ReconcileAfter,
 			StripeEventRetention: cfg.StripeEventRetention,
 		})

@@ -18,27 +18,21 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
-// Timing of the charge path, derived from the Stripe timeout so that the
-// invariants hold whatever it is configured to:
+// Timing of the charge path, derived from the Stripe timeout T so that the
+// invariants hold whatever it is configured to, with m = max(T, 10 s):
 //
-//	job timeout  = 2 × Stripe timeout + chargeDBAllowance   (customer lookup + create + ledger steps)
-//	lease TTL    = job timeout + chargeLeaseMargin          (a live run always holds its lease)
-//	rescue after = lease TTL + chargeLeaseMargin            (River re-runs a job only after its lease is gone)
+//	job timeout  = 2T + m             (customer lookup + create + ledger steps)
+//	lease TTL    = job timeout + m    (a live run always holds its lease)
+//	rescue after = lease TTL + m      (River re-runs a job only after its lease is gone)
 //
-// River's rescuer may still re-run a job whose worker is alive but slow (a
-// stalled process); that run finds the lease held and snoozes, and even a
-// lost race sends the same idempotency key.
-const (
-	chargeDBAllowance = 30 * time.Second
-	chargeLeaseMargin = 30 * time.Second
-)
-
-// ChargeTimings returns the job timeout, lease TTL and RescueStuckJobsAfter
-// for a Stripe call timeout.
+// With the default T = 30 s: 90 s, 120 s, 150 s. River's rescuer may still
+// re-run a job whose worker is alive but stalled; that run finds the lease
+// held and snoozes, and even a lost race sends the same idempotency key.
 func ChargeTimings(stripeTimeout time.Duration) (jobTimeout, leaseTTL, rescueAfter time.Duration) {
-	jobTimeout = 2*stripeTimeout + chargeDBAllowance
-	leaseTTL = jobTimeout + chargeLeaseMargin
-	rescueAfter = leaseTTL + chargeLeaseMargin
+	margin := max(stripeTimeout, 10*time.Second)
+	jobTimeout = 2*stripeTimeout + margin
+	leaseTTL = jobTimeout + margin
+	rescueAfter = leaseTTL + margin
 	return jobTimeout, leaseTTL, rescueAfter
 }
 

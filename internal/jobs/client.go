@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/schema"
@@ -46,6 +47,11 @@ type WorkerConfig struct {
 
 	// Logger receives River's and the workers' logs. Required.
 	Logger *slog.Logger
+
+	// RetryMaxDelay caps River's retry backoff (attempt⁴ seconds) for every
+	// job; the server defaults it to RetryMaxDelayDefault. Zero keeps River's
+	// own.
+	RetryMaxDelay time.Duration
 
 	// RetryPolicy overrides River's retry backoff (tests).
 	RetryPolicy river.ClientRetryPolicy
@@ -87,6 +93,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	if config.retryLaterSnooze > 0 {
 		worker.retryLaterMin, worker.retryLaterMax = config.retryLaterSnooze, config.retryLaterSnooze
 	}
+	if config.RetryPolicy == nil && config.RetryMaxDelay > 0 {
+		config.RetryPolicy = cappedRetry{max: config.RetryMaxDelay}
+	}
 	config.ReconcileInterval = cmp.Or(config.ReconcileInterval, ReconcileIntervalDefault)
 	config.ReconcileAfter = cmp.Or(config.ReconcileAfter, ReconcileAfterDefault)
 	config.StripeEventRetention = cmp.Or(config.StripeEventRetention, ledger.StripeEventRetentionDefault)
@@ -116,7 +125,10 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 				func() (river.JobArgs, *river.InsertOpts) { return StripeEventRetentionArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "stripe_event_retention", RunOnStart: true}),
 		},
-		Workers:              workers,
+		Workers: workers,
+		// Every job kind gets the charge job's timeout; River rescues a job
+		// only after the charge lease it may hold has expired.
+		JobTimeout:           jobTimeout,
 		RescueStuckJobsAfter: rescueAfter,
 		RetryPolicy:          config.RetryPolicy,
 	})
@@ -124,4 +136,20 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 		return nil, fmt.Errorf("error creating river worker client: %w", err)
 	}
 	return client, nil
+}
+
+// RetryMaxDelayDefault caps retries at an hour, so a charge job's 25
+// attempts span about a day, the length of the Stripe key window.
+const RetryMaxDelayDefault = time.Hour
+
+// cappedRetry is River's default backoff, capped at max.
+type cappedRetry struct{ max time.Duration }
+
+// NextRetry implements river.ClientRetryPolicy.
+func (p cappedRetry) NextRetry(job *rivertype.JobRow) time.Time {
+	next := (&river.DefaultClientRetryPolicy{}).NextRetry(job)
+	if limit := time.Now().Add(p.max); next.After(limit) {
+		return limit
+	}
+	return next
 }

@@ -127,6 +127,16 @@ func (c *ControlClient) ClockAdvance(ctx context.Context, d time.Duration) (time
 	return out.Now, nil
 }
 
+// IdempotencyExpire forgets idempotency keys first used more than olderThan
+// ago (POST /_sim/idempotency/expire); see Server.IdempotencyExpire.
+func (c *ControlClient) IdempotencyExpire(ctx context.Context, olderThan time.Duration) (int, error) {
+	var out struct {
+		Expired int `json:"expired"`
+	}
+	err := c.do(ctx, http.MethodPost, "/_sim/idempotency/expire", map[string]float64{"older_than_seconds": olderThan.Seconds()}, &out)
+	return out.Expired, err
+}
+
 // PaymentIntentList returns every PaymentIntent created, oldest first
 // (GET /_sim/payment_intents); see Server.PaymentIntentList.
 func (c *ControlClient) PaymentIntentList(ctx context.Context) ([]*stripe.PaymentIntent, error) {

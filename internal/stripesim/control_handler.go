@@ -123,6 +123,22 @@ func (s *Server) handleControlClockAdvance(w http.ResponseWriter, r *http.Reques
 	s.writeJSON(w, http.StatusOK, s.clockWire())
 }
 
+func (s *Server) handleControlIdempotencyExpire(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		OlderThanSeconds *float64 `json:"older_than_seconds"`
+	}
+	if err := controlDecode(w, r, &req, false); err != nil {
+		s.controlWriteError(w, err)
+		return
+	}
+	if req.OlderThanSeconds == nil || *req.OlderThanSeconds < 0 || math.IsNaN(*req.OlderThanSeconds) || math.IsInf(*req.OlderThanSeconds, 0) {
+		s.controlWriteError(w, errorf(ErrInvalid, `"older_than_seconds" is required: a number of seconds >= 0`))
+		return
+	}
+	n := s.IdempotencyExpire(time.Duration(*req.OlderThanSeconds * float64(time.Second)))
+	s.writeJSON(w, http.StatusOK, map[string]int{"expired": n})
+}
+
 func (s *Server) handleControlPaymentIntentList(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	body := mustJSON(listWire[*paymentIntent]{Data: append([]*paymentIntent{}, s.paymentIntents...)})

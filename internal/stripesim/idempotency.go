@@ -85,3 +85,23 @@ func (s *Server) idempotencyCompleteLocked(key string, e *idempotencyEntry, stat
 	e.body = body
 	e.requestID = requestID
 }
+
+// IdempotencyExpire forgets every stored idempotency key first used more
+// than olderThan ago on the simulator's clock, as Stripe does once its
+// retention has passed, and returns how many it forgot. Unlike ClockAdvance it
+// leaves younger keys alone, so it models "these keys outlived Stripe's
+// retention" without aging keys a client still rightly trusts.
+func (s *Server) IdempotencyExpire(olderThan time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowLocked()
+	n := 0
+	for k, e := range s.idempotency {
+		if !e.inFlight && now.Sub(e.firstUsedAt) > olderThan {
+			delete(s.idempotency, k)
+			n++
+		}
+	}
+	s.logger.Info("idempotency keys expired", "older_than", olderThan.String(), "count", n)
+	return n
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,4 +166,36 @@ func TestIdempotency(t *testing.T) {
 		require.Equal(t, int64(999), third.Amount)
 	})
 
+}
+
+func TestServerIdempotencyExpire(t *testing.T) {
+	t.Parallel()
+	sim := New(Config{})
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	ctl := &ControlClient{BaseURL: srv.URL}
+
+	post := func(key string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/payment_intents",
+			strings.NewReader("amount=100&currency=usd&customer=cus_a&confirm=true&payment_method=pm_card_visa"))
+		req.Header.Set("Authorization", "Bearer sk_test_x")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return len(sim.PaymentIntentList())
+	}
+	require.Equal(t, 1, post("old"))
+	_, err := sim.ClockAdvance(time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 2, post("young"))
+
+	n, err := ctl.IdempotencyExpire(ctx, 30*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 2, post("young"), "a young key is still replayed")
+	require.Equal(t, 3, post("old"), "an expired key acts as new")
 }

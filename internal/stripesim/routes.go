@@ -20,6 +20,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("DELETE /_sim/faults", s.handleControlFaultClear)
 	mux.HandleFunc("GET /_sim/clock", s.handleControlClockGet)
 	mux.HandleFunc("POST /_sim/clock/advance", s.handleControlClockAdvance)
+	mux.HandleFunc("POST /_sim/idempotency/expire", s.handleControlIdempotencyExpire)
 	mux.HandleFunc("GET /_sim/payment_intents", s.handleControlPaymentIntentList)
 	mux.HandleFunc("POST /_sim/payment_intents/{id}/settle", s.handleControlPaymentIntentSettle)
 	mux.HandleFunc("PUT /_sim/customers/{id}", s.handleControlCustomerSet)

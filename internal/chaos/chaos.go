@@ -1,0 +1,529 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tally-billing/tally/internal/stripesim"
+)
+
+// run is the state of one chaos run.
+type run struct {
+	cfg      Config
+	rnd      *rand.Rand
+	rndMu    sync.Mutex
+	cluster  *cluster
+	dbURL    string
+	binDir   string
+	sim      *proc
+	control  *stripesim.ControlClient
+	apis     []*proc
+	workers  []*proc
+	apiURLs  []string
+	producer *producer
+
+	faultsMu sync.Mutex
+	faults   map[string]int
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Out, "chaos %s: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (r *run) intn(n int) int {
+	r.rndMu.Lock()
+	defer r.rndMu.Unlock()
+	return r.rnd.IntN(n)
+}
+
+func (r *run) fault(name string) {
+	r.faultsMu.Lock()
+	defer r.faultsMu.Unlock()
+	r.faults[name]++
+}
+
+// Run performs one chaos run and returns its report. An error means the run
+// itself could not be carried out; violations of the promise are in the
+// report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	start := time.Now()
+	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}}
+	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
+
+	r.binDir = filepath.Join(cfg.WorkDir, "bin")
+	if err := buildBinaries(ctx, cfg.RepoDir, r.binDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.cluster, err = startCluster(ctx, cfg.WorkDir); err != nil {
+		return nil, err
+	}
+	defer r.cluster.stop()
+	if err := r.startStack(ctx); err != nil {
+		return nil, err
+	}
+	defer r.stopStack()
+
+	report, err := r.exercise(ctx)
+	if err != nil {
+		return nil, err
+	}
+	report.Seed, report.Duration, report.Customers, report.EventsPlanned = cfg.Seed, time.Since(start), cfg.Customers, cfg.Events
+	return report, nil
+}
+
+// startStack creates the database, migrates it, and starts the simulator,
+// two API replicas and three worker replicas.
+func (r *run) startStack(ctx context.Context) error {
+	admin, err := pgx.Connect(ctx, r.cluster.adminURL())
+	if err != nil {
+		return err
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE tally")
+	admin.Close(ctx)
+	if err != nil {
+		return err
+	}
+	r.dbURL = r.cluster.url("tally")
+	dbEnv := []string{"DATABASE_URL=" + r.dbURL}
+	if _, err := runTool(ctx, filepath.Join(r.binDir, "migrate"), dbEnv, "up"); err != nil {
+		return err
+	}
+	key, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), dbEnv, "apikey", "create", "--name", "chaos",
+		"--scopes", "usage:write,customers:write,billing:read,admin")
+	if err != nil {
+		return err
+	}
+	key = lastLine(key)
+
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return err
+		}
+	}
+	simURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	r.apiURLs = []string{fmt.Sprintf("http://127.0.0.1:%d", ports[1]), fmt.Sprintf("http://127.0.0.1:%d", ports[2])}
+	logs := filepath.Join(r.cfg.WorkDir, "logs")
+	r.sim = &proc{name: "stripesim", bin: filepath.Join(r.binDir, "stripesim"),
+		args:    []string{"--addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--log-level", "warn"},
+		env:     []string{"STRIPESIM_WEBHOOK_URL=" + r.apiURLs[0] + "/v1/stripe/webhooks", "STRIPESIM_WEBHOOK_SECRET=" + webhookSecret},
+		logPath: filepath.Join(logs, "stripesim.log"), ready: simURL + "/_sim/health"}
+	r.control = &stripesim.ControlClient{BaseURL: simURL}
+
+	common := append(dbEnv,
+		"TALLY_PERIOD=hour", "TALLY_CLOSE_GRACE="+closeGrace.String(), "TALLY_WORKERS=20", "TALLY_DB_MAX_CONNS=25",
+		"STRIPE_API_KEY=sk_test_chaos", "STRIPE_API_BASE="+simURL, "STRIPE_WEBHOOK_SECRET="+webhookSecret,
+		"STRIPE_TIMEOUT="+stripeTimeout.String(), "TALLY_STRIPE_KEY_WINDOW="+keyWindow.String(),
+		"TALLY_RECONCILE_INTERVAL="+reconcileInterval.String(), "TALLY_RECONCILE_AFTER="+reconcileAfter.String(),
+		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s")
+	for i, url := range r.apiURLs {
+		r.apis = append(r.apis, &proc{name: fmt.Sprintf("api-%d", i), bin: filepath.Join(r.binDir, "server"),
+			env:     append(append([]string{}, common...), "TALLY_ROLES=api", "TALLY_HTTP_ADDR="+strings.TrimPrefix(url, "http://")),
+			logPath: filepath.Join(logs, fmt.Sprintf("api-%d.log", i)), ready: url + "/readyz"})
+	}
+	for i := range 3 {
+		r.workers = append(r.workers, &proc{name: fmt.Sprintf("worker-%d", i), bin: filepath.Join(r.binDir, "server"),
+			env:     append(append([]string{}, common...), "TALLY_ROLES=worker"),
+			logPath: filepath.Join(logs, fmt.Sprintf("worker-%d.log", i))})
+	}
+	for _, p := range r.all() {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	for _, p := range r.all() {
+		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	r.producer = &producer{apis: r.apiURLs, key: key, client: &http.Client{Timeout: 15 * time.Second}, stats: newLoadStats()}
+	r.logf("stack up: api %v, simulator %s, database %s", r.apiURLs, simURL, r.dbURL)
+	return nil
+}
+
+func (r *run) all() []*proc {
+	return append(append([]*proc{r.sim}, r.apis...), r.workers...)
+}
+
+func (r *run) stopStack() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*proc{}, r.apis...), r.workers...) {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop(10 * time.Second) }()
+	}
+	wg.Wait()
+	if r.sim != nil {
+		r.sim.stop(5 * time.Second)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// exercise runs the load with faults, waits for quiescence and checks.
+func (r *run) exercise(ctx context.Context) (*Report, error) {
+	customers := make([]string, r.cfg.Customers)
+	expect := map[string]expectation{}
+	for i := range customers {
+		customers[i] = fmt.Sprintf("c-%04d", i)
+		stripeID := fmt.Sprintf("cus_chaos_%04d", i)
+		if _, err := r.producer.do(ctx, http.MethodPut, "/v1/customers/"+customers[i], i%2,
+			map[string]any{"stripe_customer_id": stripeID, "currency": "usd"}); err != nil {
+			return nil, err
+		}
+		switch {
+		case i%40 == 7:
+			expect[customers[i]] = expectation{failureCode: "card_declined"}
+			if err := r.control.FaultAdd(ctx, stripesim.Fault{Customer: stripeID, Kind: stripesim.FaultKindDecline, DeclineCode: "insufficient_funds"}); err != nil {
+				return nil, err
+			}
+			r.fault("decline customer")
+		case i%80 == 13:
+			expect[customers[i]] = expectation{failureCode: "requires_action"}
+			if err := r.control.FaultAdd(ctx, stripesim.Fault{Customer: stripeID, Kind: stripesim.FaultKindRequiresAction}); err != nil {
+				return nil, err
+			}
+			r.fault("requires_action customer")
+		}
+	}
+	if _, err := r.control.WebhookModeSet(ctx, stripesim.WebhookMode{URL: r.apiURLs[0] + "/v1/stripe/webhooks",
+		Duplicate: 1, Delay: 200 * time.Millisecond, Reorder: true}); err != nil {
+		return nil, err
+	}
+	r.fault("webhook duplicate+delay+reorder mode")
+
+	h0 := time.Now().UTC().Truncate(time.Hour)
+	periods := []time.Time{h0.Add(-2 * time.Hour), h0.Add(-time.Hour), h0}
+	work, _ := planLoad(r.rnd, customers, periods, r.cfg.Events)
+	r.logf("posting %d units of work with %d producers", len(work), r.cfg.Producers)
+
+	loadCtx, stopFaults := context.WithCancel(ctx)
+	var faultsWG sync.WaitGroup
+	for _, loop := range []func(context.Context){r.killLoop, r.stripeFaultLoop, r.pgTerminateLoop, r.keyExpireLoop} {
+		faultsWG.Add(1)
+		go func() { defer faultsWG.Done(); loop(loadCtx) }()
+	}
+	faultsWG.Add(1)
+	go func() { defer faultsWG.Done(); r.milestones(loadCtx, customers, periods) }()
+
+	r.produce(ctx, work)
+	r.logf("load done: %d posts, %d acknowledged", r.producer.stats.posts.Load(), len(r.producer.stats.acked))
+	stopFaults()
+	faultsWG.Wait()
+
+	// Quiescence: every replica up, the last periods closed, discarded jobs
+	// redriven (twice), then wait for every charge and job to settle.
+	for _, p := range r.all() {
+		if !p.running() {
+			if err := p.start(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, p := range r.all() {
+		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	r.closeAll(ctx, customers, periods)
+	for range 2 {
+		out, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, "redrive")
+		if err != nil {
+			return nil, err
+		}
+		r.logf("redrive: %s", lastLine(out))
+		r.fault("redrive")
+		time.Sleep(2 * time.Second)
+	}
+	quiet := r.waitQuiescent(ctx)
+
+	conn, err := pgx.Connect(ctx, r.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	pis, err := r.control.PaymentIntentList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stats := r.producer.stats
+	stats.mu.Lock()
+	acked := stats.acked
+	stats.mu.Unlock()
+	violations, byStatus, err := check(ctx, conn, pis, acked, expect)
+	if err != nil {
+		return nil, err
+	}
+	if quiet != nil {
+		violations = append([]string{quiet.Error()}, violations...)
+	}
+	var inLedger int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM billing.usage_events`).Scan(&inLedger); err != nil {
+		return nil, err
+	}
+	r.faultsMu.Lock()
+	defer r.faultsMu.Unlock()
+	return &Report{
+		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
+		EventsInLedger: inLedger, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
+		Charges: byStatus, PaymentIntents: len(pis), Violations: violations,
+	}, nil
+}
+
+// produce posts the work with the configured producers, paced to spread it
+// over LoadFor.
+func (r *run) produce(ctx context.Context, work []post) {
+	ch := make(chan post)
+	var wg sync.WaitGroup
+	pause := r.cfg.LoadFor * time.Duration(r.cfg.Producers) / time.Duration(max(len(work), 1))
+	for range r.cfg.Producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range ch {
+				r.producer.send(ctx, w)
+				time.Sleep(pause)
+			}
+		}()
+	}
+	for _, w := range work {
+		select {
+		case ch <- w:
+		case <-ctx.Done():
+		}
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// milestones closes the oldest period at 40% of the load, restarts Postgres
+// at 50%, and closes the middle period at 70%.
+func (r *run) milestones(ctx context.Context, customers []string, periods []time.Time) {
+	steps := []struct {
+		at time.Duration
+		do func()
+	}{
+		{r.cfg.LoadFor * 4 / 10, func() { r.closeAll(ctx, customers, periods[:1]) }},
+		{r.cfg.LoadFor * 5 / 10, func() {
+			r.logf("restarting Postgres")
+			if err := r.cluster.restart(context.Background()); err != nil {
+				r.logf("postgres restart failed: %v", err)
+				return
+			}
+			r.fault("postgres restart")
+		}},
+		{r.cfg.LoadFor * 7 / 10, func() { r.closeAll(ctx, customers, periods[1:2]) }},
+	}
+	begin := time.Now()
+	for _, s := range steps {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(begin.Add(s.at))):
+		}
+		s.do()
+	}
+}
+
+// closeAll closes the given periods of every customer through the admin API
+// (404 for a customer without events in one is fine).
+func (r *run) closeAll(ctx context.Context, customers []string, periods []time.Time) {
+	for _, p := range periods {
+		label := p.Format("2006-01-02T15")
+		r.logf("closing period %s for every customer", label)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for i, c := range customers {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				ans, err := r.producer.do(context.WithoutCancel(ctx), http.MethodPost, "/v1/customers/"+c+"/periods/"+label+"/close", i%2, map[string]any{})
+				if err == nil && ans.status == http.StatusOK {
+					r.fault("period closed")
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// killLoop SIGKILLs a random replica every KillEvery and restarts it after
+// a pause, until 70% of the load: a job left running by a killed worker
+// waits for River's rescuer (RescueStuckJobsAfter plus its interval), which
+// then has time to run before the end.
+func (r *run) killLoop(ctx context.Context) {
+	replicas := append(append([]*proc{}, r.apis...), r.workers...)
+	stopAt := time.Now().Add(r.cfg.LoadFor * 7 / 10)
+	for time.Now().Before(stopAt) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.cfg.KillEvery):
+		}
+		p := replicas[r.intn(len(replicas))]
+		if !p.running() {
+			continue
+		}
+		p.kill()
+		r.fault("kill")
+		r.fault("kill " + strings.Split(p.name, "-")[0])
+		pause := time.Duration(500+r.intn(2000)) * time.Millisecond
+		go func() {
+			time.Sleep(pause)
+			if err := p.start(); err != nil {
+				r.logf("restart of %s failed: %v", p.name, err)
+			}
+		}()
+	}
+}
+
+// stripeFaultLoop injects a Stripe fault every second or so, for every
+// customer or for one, each good for a few requests.
+func (r *run) stripeFaultLoop(ctx context.Context) {
+	kinds := []struct {
+		kind  stripesim.FaultKind
+		count int
+	}{
+		{stripesim.FaultKindLatency, 4},
+		{stripesim.FaultKindError500AfterCreate, 3},
+		{stripesim.FaultKindError500BeforeCreate, 3},
+		{stripesim.FaultKindDropAfterCreate, 3},
+		{stripesim.FaultKindRateLimit, 15},
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(700+r.intn(800)) * time.Millisecond):
+		}
+		k := kinds[r.intn(len(kinds))]
+		f := stripesim.Fault{Customer: stripesim.FaultCustomerAll, Kind: k.kind, Count: k.count}
+		if k.kind == stripesim.FaultKindLatency {
+			f.Latency = stripeLatency
+		}
+		if err := r.control.FaultAdd(context.WithoutCancel(ctx), f); err != nil {
+			r.logf("fault %s: %v", k.kind, err)
+			continue
+		}
+		r.fault("stripe " + string(k.kind))
+	}
+}
+
+// pgTerminateLoop terminates a few of Tally's Postgres connections every few
+// seconds.
+func (r *run) pgTerminateLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(1500+r.intn(2000)) * time.Millisecond):
+		}
+		conn, err := pgx.Connect(ctx, r.cluster.adminURL())
+		if err != nil {
+			continue
+		}
+		var n int
+		err = conn.QueryRow(ctx, `
+SELECT count(pg_terminate_backend(pid)) FROM (
+    SELECT pid FROM pg_stat_activity
+    WHERE application_name = 'tally-server' AND pid <> pg_backend_pid()
+    ORDER BY random() LIMIT $1) t`, 1+r.intn(3)).Scan(&n)
+		conn.Close(context.Background())
+		if err == nil {
+			for range n {
+				r.fault("pg_terminate_backend")
+			}
+		}
+	}
+}
+
+// keyExpireLoop makes the simulator forget every idempotency key older than
+// Tally's key window (plus the longest call): a clock jump past the key
+// window for the charges Tally no longer trusts its key for, so their retries
+// must reconcile, never reuse a forgotten key. Keys Tally still trusts are
+// left alone, as Stripe keeps them 24 h.
+func (r *run) keyExpireLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+		n, err := r.control.IdempotencyExpire(context.WithoutCancel(ctx), keyWindow+stripeLatency+2*time.Second)
+		if err == nil && n > 0 {
+			r.fault("stripe key expired past window")
+			r.faultsMu.Lock()
+			r.faults["stripe keys forgotten"] += n
+			r.faultsMu.Unlock()
+		}
+	}
+}
+
+// waitQuiescent waits until no charge is unsettled, no charge or webhook job
+// is left to run, and every period with events has a charge.
+func (r *run) waitQuiescent(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(r.cfg.QuiesceMax)
+	lastLog := time.Now()
+	var unsettled, jobs, uncharged int
+	for time.Now().Before(deadline) {
+		err := conn.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')),
+       (SELECT count(*) FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event')
+          AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')),
+       (SELECT count(*) FROM billing.periods p WHERE NOT EXISTS (
+          SELECT 1 FROM billing.charges c WHERE c.customer_id = p.customer_id AND c.period = p.period))`).Scan(&unsettled, &jobs, &uncharged)
+		if err == nil && unsettled == 0 && jobs == 0 && uncharged == 0 {
+			r.logf("quiescent")
+			return nil
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			r.logf("waiting: %d unsettled charges, %d jobs left (%s), %d periods without a charge",
+				unsettled, jobs, strings.Join(r.jobsLeft(ctx, conn, 3), "; "), uncharged)
+		}
+		time.Sleep(time.Second)
+	}
+	left := r.jobsLeft(ctx, conn, 10)
+	return fmt.Errorf("not quiescent after %s: %d unsettled charges, %d jobs left, %d periods without a charge; jobs: %s",
+		r.cfg.QuiesceMax, unsettled, jobs, uncharged, strings.Join(left, "; "))
+}
+
+// jobsLeft describes up to limit charge and webhook jobs not yet finished.
+func (r *run) jobsLeft(ctx context.Context, conn *pgx.Conn, limit int) []string {
+	rows, err := conn.Query(ctx, `
+SELECT id || ' ' || kind || ' ' || state || ' attempt ' || attempt || ' scheduled ' || to_char(scheduled_at, 'HH24:MI:SS')
+       || coalesce(' last error: ' || (errors[array_length(errors, 1)]->>'error'), '')
+FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event')
+  AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+ORDER BY id LIMIT $1`, limit)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return left
+}

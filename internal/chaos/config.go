@@ -1,0 +1,56 @@
+package chaos
+
+import (
+	"io"
+	"time"
+)
+
+// Config sizes and paces a run. ShortConfig and LongConfig are the two
+// variants; a zero field is an error.
+type Config struct {
+	Seed       int64
+	Customers  int
+	Events     int           // distinct events (duplicates and conflicts come on top)
+	LoadFor    time.Duration // how long the load phase is spread over, roughly
+	KillEvery  time.Duration // one SIGKILL of a random replica per interval
+	QuiesceMax time.Duration // bound on the wait for every charge and job to settle
+	Producers  int           // concurrent HTTP clients
+
+	// RepoDir is the module root (binaries are built from it); WorkDir holds
+	// the binaries, the Postgres cluster and every process's log.
+	RepoDir string
+	WorkDir string
+
+	// Out receives progress lines and the report.
+	Out io.Writer
+}
+
+// ShortConfig is the variant inside make test: a tenth of the long run's
+// events, done in well under two minutes.
+func ShortConfig(seed int64) Config {
+	return Config{
+		Seed: seed, Customers: 200, Events: 5_000, LoadFor: 25 * time.Second, KillEvery: 3 * time.Second,
+		QuiesceMax: 90 * time.Second, Producers: 12,
+	}
+}
+
+// LongConfig is make chaos: 500 customers × 3 periods, 50,000 events.
+func LongConfig(seed int64) Config {
+	return Config{
+		Seed: seed, Customers: 500, Events: 50_000, LoadFor: 120 * time.Second, KillEvery: 4 * time.Second,
+		QuiesceMax: 4 * time.Minute, Producers: 24,
+	}
+}
+
+// Timings given to every replica: short enough that leases, retries and the
+// key window turn over many times within a run.
+const (
+	stripeTimeout     = 2 * time.Second
+	stripeLatency     = 3 * time.Second // injected latency, past the timeout
+	keyWindow         = 20 * time.Second
+	reconcileInterval = 3 * time.Second
+	reconcileAfter    = 5 * time.Second
+	retryMaxDelay     = 2 * time.Second
+	closeGrace        = 4 * time.Hour // the run's three hourly periods stay open until closed explicitly
+	webhookSecret     = "whsec_chaos"
+)

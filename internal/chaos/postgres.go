@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// cluster is a private Postgres cluster the run owns, so restarting it
+// touches nothing else on the machine.
+type cluster struct {
+	binDir  string
+	dataDir string
+	port    int
+	asUser  string // run pg binaries as this user (postgres when we are root)
+}
+
+func (c *cluster) adminURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+func (c *cluster) url(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// pgBinDir finds the newest installed Postgres server binaries.
+func pgBinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi < vj
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i], nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("no Postgres server binaries found: run scripts/ensure-postgres.sh once (it installs them)")
+}
+
+func (c *cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	bin := filepath.Join(c.binDir, name)
+	if c.asUser != "" {
+		return exec.CommandContext(ctx, "runuser", append([]string{"-u", c.asUser, "--", bin}, args...)...)
+	}
+	return exec.CommandContext(ctx, bin, args...)
+}
+
+// startCluster initialises and starts a cluster under workDir on a free port.
+func startCluster(ctx context.Context, workDir string) (*cluster, error) {
+	binDir, err := pgBinDir()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{binDir: binDir, dataDir: filepath.Join(workDir, "pg"), port: port}
+	if os.Geteuid() == 0 {
+		c.asUser = "postgres"
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root needs a postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(c.dataDir, uid, gid); err != nil {
+			return nil, err
+		}
+		// The postgres user must be able to reach the data directory.
+		for d := workDir; d != "/" && d != "."; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				_ = os.Chmod(d, fi.Mode().Perm()|0o011)
+			}
+		}
+	}
+	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	conf := fmt.Sprintf(`
+listen_addresses = '127.0.0.1'
+port = %d
+unix_socket_directories = '%s'
+max_connections = 400
+shared_buffers = 128MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+log_min_messages = warning
+`, c.port, c.dataDir)
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = f.WriteString(conf)
+	_ = f.Close()
+	return c, c.pgctl(ctx, "start")
+}
+
+func (c *cluster) pgctl(ctx context.Context, action string, extra ...string) error {
+	args := append([]string{"-D", c.dataDir, "-w", "-t", "60", "-l", filepath.Join(c.dataDir, "postgres.log"), action}, extra...)
+	if out, err := c.command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl %s: %v: %s", action, err, out)
+	}
+	return nil
+}
+
+// restart stops the cluster fast (every connection dies) and starts it.
+func (c *cluster) restart(ctx context.Context) error { return c.pgctl(ctx, "restart", "-m", "fast") }
+
+// stop stops the cluster; it is called on every exit path.
+func (c *cluster) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = c.pgctl(ctx, "stop", "-m", "immediate")
+}

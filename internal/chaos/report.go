@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is what a run did and found.
+type Report struct {
+	Seed           int64
+	Duration       time.Duration
+	Customers      int
+	EventsPlanned  int
+	EventPosts     int64 // event posts, duplicates and conflicts included
+	HTTPRequests   int64
+	EventsAcked    int // distinct events acknowledged with 2xx
+	EventsInLedger int
+	Rejected       map[string]int // reason → events
+	Responses      map[string]int // "status code" → responses
+	Faults         map[string]int // fault → count
+	Charges        map[string]int // status → charges
+	PaymentIntents int
+	Violations     []string
+}
+
+// OK reports whether the run found no violation.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+// Line is the one-line summary of the run.
+func (r *Report) Line() string {
+	return fmt.Sprintf("seed=%d duration=%s events=%d acked=%d charges=%s payment_intents=%d kills=%d violations=%d",
+		r.Seed, r.Duration.Round(time.Second), r.EventsPlanned, r.EventsAcked, formatCounts(r.Charges),
+		r.PaymentIntents, r.Faults["kill"], len(r.Violations))
+}
+
+// Write prints the full report.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "\n=== chaos report ===\n")
+	fmt.Fprintf(w, "seed                 %d\n", r.Seed)
+	fmt.Fprintf(w, "duration             %s\n", r.Duration.Round(time.Second))
+	fmt.Fprintf(w, "customers            %d (3 hourly periods each)\n", r.Customers)
+	fmt.Fprintf(w, "events planned       %d\n", r.EventsPlanned)
+	fmt.Fprintf(w, "event posts          %d (duplicates, batches and conflicting re-posts included)\n", r.EventPosts)
+	fmt.Fprintf(w, "http requests        %d (retries included)\n", r.HTTPRequests)
+	fmt.Fprintf(w, "events acknowledged  %d distinct\n", r.EventsAcked)
+	fmt.Fprintf(w, "events in ledger     %d\n", r.EventsInLedger)
+	fmt.Fprintf(w, "rejected by reason   %s\n", formatCounts(r.Rejected))
+	fmt.Fprintf(w, "responses            %s\n", formatCounts(r.Responses))
+	fmt.Fprintf(w, "faults injected      %s\n", formatCounts(r.Faults))
+	fmt.Fprintf(w, "charges by status    %s\n", formatCounts(r.Charges))
+	fmt.Fprintf(w, "payment intents      %d\n", r.PaymentIntents)
+	fmt.Fprintf(w, "violations           %d (expected 0)\n", len(r.Violations))
+	for i, v := range r.Violations {
+		if i == 50 {
+			fmt.Fprintf(w, "  … %d more\n", len(r.Violations)-50)
+			break
+		}
+		fmt.Fprintf(w, "  - %s\n", v)
+	}
+	fmt.Fprintf(w, "%s\n", r.Line())
+}
+
+func formatCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", strings.TrimSpace(k), m[k])
+	}
+	return strings.Join(parts, " ")
+}
