@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,9 @@ type run struct {
 
 	faultsMu sync.Mutex
 	faults   map[string]int
+
+	workTotal int
+	workDone  atomic.Int64 // units of work posted so far
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -210,6 +214,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	h0 := time.Now().UTC().Truncate(time.Hour)
 	periods := []time.Time{h0.Add(-2 * time.Hour), h0.Add(-time.Hour), h0}
 	work, _ := planLoad(r.rnd, customers, periods, r.cfg.Events)
+	r.workTotal = len(work)
 	r.logf("posting %d units of work with %d producers", len(work), r.cfg.Producers)
 
 	loadCtx, stopFaults := context.WithCancel(ctx)
@@ -297,6 +302,7 @@ func (r *run) produce(ctx context.Context, work []post) {
 			defer wg.Done()
 			for w := range ch {
 				r.producer.send(ctx, w)
+				r.workDone.Add(1)
 				time.Sleep(pause)
 			}
 		}()
@@ -311,15 +317,16 @@ func (r *run) produce(ctx context.Context, work []post) {
 	wg.Wait()
 }
 
-// milestones closes the oldest period at 40% of the load, restarts Postgres
-// at 50%, and closes the middle period at 70%.
+// milestones closes the oldest period once 45% of the work is posted,
+// restarts Postgres at 55%, and closes the middle period at 80% — the points
+// up to which planLoad placed most of each period's events.
 func (r *run) milestones(ctx context.Context, customers []string, periods []time.Time) {
 	steps := []struct {
-		at time.Duration
+		at float64
 		do func()
 	}{
-		{r.cfg.LoadFor * 4 / 10, func() { r.closeAll(ctx, customers, periods[:1]) }},
-		{r.cfg.LoadFor * 5 / 10, func() {
+		{0.45, func() { r.closeAll(ctx, customers, periods[:1]) }},
+		{0.55, func() {
 			r.logf("restarting Postgres")
 			if err := r.cluster.restart(context.Background()); err != nil {
 				r.logf("postgres restart failed: %v", err)
@@ -327,14 +334,15 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 			}
 			r.fault("postgres restart")
 		}},
-		{r.cfg.LoadFor * 7 / 10, func() { r.closeAll(ctx, customers, periods[1:2]) }},
+		{0.80, func() { r.closeAll(ctx, customers, periods[1:2]) }},
 	}
-	begin := time.Now()
 	for _, s := range steps {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(begin.Add(s.at))):
+		for float64(r.workDone.Load()) < s.at*float64(r.workTotal) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		s.do()
 	}

@@ -213,16 +213,24 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 			period: start.Format("2006-01-02T15"), amount: 1 + rnd.Int64N(5000), occurredAt: occurred,
 		}
 	}
+	// Batches hold events of one period (of any customers).
+	byPeriod := map[string][]*plannedEvent{}
+	for _, e := range planned {
+		byPeriod[e.period] = append(byPeriod[e.period], e)
+	}
 	var work []post
-	for i := 0; i < len(planned); {
-		if rnd.IntN(3) == 0 {
-			n := min(5+rnd.IntN(36), len(planned)-i)
-			work = append(work, post{events: planned[i : i+n], replica: rnd.IntN(2)})
-			i += n
-			continue
+	for _, p := range periods {
+		list := byPeriod[p.Format("2006-01-02T15")]
+		for i := 0; i < len(list); {
+			if rnd.IntN(3) == 0 {
+				n := min(5+rnd.IntN(36), len(list)-i)
+				work = append(work, post{events: list[i : i+n], replica: rnd.IntN(2)})
+				i += n
+				continue
+			}
+			work = append(work, post{events: list[i : i+1], replica: rnd.IntN(2)})
+			i++
 		}
-		work = append(work, post{events: planned[i : i+1], replica: rnd.IntN(2)})
-		i++
 	}
 	// Most of a period's events come before it is closed (the oldest at 40%
 	// of the run, the middle one at 70%), as a producer's would; the rest,
