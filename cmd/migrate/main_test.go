@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -25,29 +22,7 @@ type testBundle struct {
 
 func setup(ctx context.Context, t *testing.T) *testBundle {
 	t.Helper()
-	rnd := make([]byte, 8)
-	_, _ = rand.Read(rnd)
-	name := "tally_mig_" + hex.EncodeToString(rnd)
-	admin, err := pgx.Connect(ctx, testdb.AdminURL())
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		admin, err := pgx.Connect(context.Background(), testdb.AdminURL())
-		if err != nil {
-			t.Logf("error connecting to drop %s: %v", name, err)
-			return
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("error dropping %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(testdb.AdminURL())
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return &testBundle{url: u.String()}
+	return &testBundle{url: testdb.NewEmpty(t)}
 }
 
 // migrate runs the command with args and returns its stdout.

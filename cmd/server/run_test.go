@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -162,35 +159,6 @@ func (b *testBundle) call(t *testing.T, secret, method, path, body string) (int,
 	return resp.StatusCode, resp.Header, out
 }
 
-// emptyDatabase creates a database with no migrations applied, dropped when
-// the test ends, and returns its URL.
-func emptyDatabase(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	rnd := make([]byte, 8)
-	_, _ = rand.Read(rnd)
-	name := "tally_srv_" + hex.EncodeToString(rnd)
-	admin, err := pgx.Connect(ctx, testdb.AdminURL())
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		admin, err := pgx.Connect(context.Background(), testdb.AdminURL())
-		if err != nil {
-			t.Logf("error connecting to drop %s: %v", name, err)
-			return
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("error dropping %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(testdb.AdminURL())
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
-}
-
 func TestRun(t *testing.T) {
 	t.Parallel()
 
@@ -217,7 +185,7 @@ func TestRun(t *testing.T) {
 	t.Run("NotReadyOnUnmigratedDatabase", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		b := setup(ctx, t, emptyDatabase(ctx, t))
+		b := setup(ctx, t, testdb.NewEmpty(t))
 		b.waitStatus(t, "/healthz", http.StatusOK)
 		b.waitStatus(t, "/readyz", http.StatusServiceUnavailable)
 		b.stop(t)
@@ -226,7 +194,7 @@ func TestRun(t *testing.T) {
 	t.Run("ReadinessCheckWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		databaseURL := emptyDatabase(ctx, t)
+		databaseURL := testdb.NewEmpty(t)
 		conn, err := pgx.Connect(ctx, databaseURL)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close(context.Background()) })

@@ -95,8 +95,8 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 			return ledger.StripeEventIgnored, "charge.refunded without refunds data", nil
 		}
 		for _, r := range ch.Refunds.Data {
-			_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.RefundParams{
-				StripeRefundID: r.ID, StripeChargeID: ch.ID, StripePaymentIntentID: idOf(ch.PaymentIntent),
+			_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+				StripeID: r.ID, StripeChargeID: ch.ID, StripePaymentIntentID: idOf(ch.PaymentIntent),
 				AmountCents: r.Amount, Currency: string(r.Currency), Status: string(r.Status), Reason: string(r.Reason),
 				CreatedAt: time.Unix(r.Created, 0).UTC(), EventID: ev.ID,
 			})
@@ -114,8 +114,8 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		if err := json.Unmarshal(e.Data.Raw, &d); err != nil {
 			return "", "", fmt.Errorf("error decoding Dispute: %w", err)
 		}
-		_, err := w.ledger.DisputeRecordTx(ctx, tx, ledger.DisputeParams{
-			StripeDisputeID: d.ID, StripeChargeID: idOfCharge(d.Charge), StripePaymentIntentID: idOf(d.PaymentIntent),
+		_, err := w.ledger.DisputeRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+			StripeID: d.ID, StripeChargeID: idOfCharge(d.Charge), StripePaymentIntentID: idOf(d.PaymentIntent),
 			AmountCents: d.Amount, Currency: string(d.Currency), Status: string(d.Status), Reason: string(d.Reason),
 			CreatedAt: time.Unix(d.Created, 0).UTC(), EventID: ev.ID,
 		})

@@ -163,9 +163,10 @@ DELETE FROM billing.stripe_events WHERE status IN ('processed', 'ignored') AND r
 	return tag.RowsAffected(), nil
 }
 
-// RefundParams is one Stripe refund, as a charge.refunded event shows it.
-type RefundParams struct {
-	StripeRefundID        string
+// ChargeAdjustmentParams is a refund or a dispute of one of Tally's charges,
+// as Stripe's charge.refunded or charge.dispute.created event shows it.
+type ChargeAdjustmentParams struct {
+	StripeID              string // re_… or dp_…
 	StripeChargeID        string
 	StripePaymentIntentID string
 	AmountCents           int64
@@ -176,58 +177,38 @@ type RefundParams struct {
 	EventID               string
 }
 
-// RefundRecordTx appends a refund of one of Tally's charges, once per Stripe
-// refund id, and reports whether it was new. It returns ErrNotFound when the
-// refunded charge is not Tally's.
-func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p RefundParams) (bool, error) {
-	chargeID, err := chargeIDByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
-	if err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, `
+// RefundRecordTx appends a refund of one of Tally's charges to
+// billing.refunds, once per Stripe refund id, and reports whether it was new.
+// It returns ErrNotFound when the refunded charge is not Tally's.
+func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
+	return l.adjustmentRecordTx(ctx, tx, `
 INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
                              amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (stripe_refund_id) DO NOTHING`, p.StripeRefundID, chargeID, p.StripeChargeID,
-		nullString(p.StripePaymentIntentID), p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason),
-		p.CreatedAt, l.now(), p.EventID)
-	if err != nil {
-		return false, fmt.Errorf("error recording refund %s: %w", p.StripeRefundID, err)
-	}
-	return tag.RowsAffected() == 1, nil
+ON CONFLICT (stripe_refund_id) DO NOTHING`, p)
 }
 
-// DisputeParams is one Stripe dispute, as a charge.dispute.created event
-// shows it.
-type DisputeParams struct {
-	StripeDisputeID       string
-	StripeChargeID        string
-	StripePaymentIntentID string
-	AmountCents           int64
-	Currency              string
-	Status                string
-	Reason                string
-	CreatedAt             time.Time
-	EventID               string
+// DisputeRecordTx appends a dispute of one of Tally's charges to
+// billing.disputes, once per Stripe dispute id, and reports whether it was
+// new. It returns ErrNotFound when the disputed charge is not Tally's.
+func (l *Ledger) DisputeRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
+	return l.adjustmentRecordTx(ctx, tx, `
+INSERT INTO billing.disputes (stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
+                              amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (stripe_dispute_id) DO NOTHING`, p)
 }
 
-// DisputeRecordTx appends a dispute of one of Tally's charges, once per
-// Stripe dispute id, and reports whether it was new. It returns ErrNotFound
-// when the disputed charge is not Tally's.
-func (l *Ledger) DisputeRecordTx(ctx context.Context, tx pgx.Tx, p DisputeParams) (bool, error) {
+// adjustmentRecordTx finds the adjusted charge and runs insertSQL for p.
+func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx pgx.Tx, insertSQL string, p ChargeAdjustmentParams) (bool, error) {
 	chargeID, err := chargeIDByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
 	if err != nil {
 		return false, err
 	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO billing.disputes (stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
-                              amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (stripe_dispute_id) DO NOTHING`, p.StripeDisputeID, chargeID, p.StripeChargeID,
-		nullString(p.StripePaymentIntentID), p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason),
-		p.CreatedAt, l.now(), p.EventID)
+	tag, err := tx.Exec(ctx, insertSQL, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, l.now(), p.EventID)
 	if err != nil {
-		return false, fmt.Errorf("error recording dispute %s: %w", p.StripeDisputeID, err)
+		return false, fmt.Errorf("error recording %s: %w", p.StripeID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -63,30 +63,49 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("error preparing template database: %v", templateErr)
 	}
 
-	name := "tally_t_" + randomHex(8)
-	admin := adminConn(t)
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, templateName)); err != nil {
-		t.Fatalf("error creating test database: %v", err)
-	}
-	_ = admin.Close(ctx)
-
-	url, err := databaseURL(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := createDatabase(t, "tally_t_"+randomHex(8), templateName)
 	pool, err := ledger.Connect(ctx, url, "tally-test", 0)
 	if err != nil {
 		t.Fatalf("error connecting to test database: %v", err)
 	}
+	t.Cleanup(pool.Close) // runs before the drop registered by createDatabase
+	return pool, url
+}
+
+// NewEmpty creates a database with nothing in it (no schema, no migration),
+// dropped when t ends, and returns its connection string: for testing
+// migrations and readiness on a fresh database.
+func NewEmpty(t testing.TB) string {
+	t.Helper()
+	return createDatabase(t, "tally_e_"+randomHex(8), "")
+}
+
+// createDatabase creates database name (from template, when given), drops it
+// when t ends, and returns its URL.
+func createDatabase(t testing.TB, name, template string) string {
+	t.Helper()
+	ctx := context.Background()
+	stmt := "CREATE DATABASE " + name
+	if template != "" {
+		stmt += " TEMPLATE " + template
+	}
+	admin := adminConn(t)
+	if _, err := admin.Exec(ctx, stmt); err != nil {
+		t.Fatalf("error creating test database: %v", err)
+	}
+	_ = admin.Close(ctx)
 	t.Cleanup(func() {
-		pool.Close()
 		admin := adminConn(t)
 		defer admin.Close(context.Background())
 		if _, err := admin.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
 			t.Logf("error dropping test database %s: %v", name, err)
 		}
 	})
-	return pool, url
+	url, err := databaseURL(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
 }
 
 func adminConn(t testing.TB) *pgx.Conn {
