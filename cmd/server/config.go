@@ -157,6 +157,12 @@ func loadConfig(getenv func(string) string) (*config, error) {
 			bad("STRIPE_API_KEY", "does not look like a Stripe key (rk_… or sk_…)")
 		}
 	}
+	// Stripe keeps a key 24 h from its first use; the window plus a lease
+	// (a call in flight when it ends) must stay inside that.
+	if _, leaseTTL, _ := jobs.ChargeTimings(c.StripeTimeout); c.StripeKeyWindow+leaseTTL+time.Minute > 24*time.Hour {
+		bad("TALLY_STRIPE_KEY_WINDOW", "%s plus a charge lease (%s) must stay under Stripe's 24 h key retention; use %s or less",
+			c.StripeKeyWindow, leaseTTL, (24*time.Hour - leaseTTL - time.Minute).Truncate(time.Minute))
+	}
 	if c.StripeAPIBase != "" && !strings.HasPrefix(c.StripeAPIBase, "http://") && !strings.HasPrefix(c.StripeAPIBase, "https://") {
 		bad("STRIPE_API_BASE", "%q is not an http(s) URL", c.StripeAPIBase)
 	}

@@ -43,6 +43,8 @@ func TestLoadConfig(t *testing.T) {
 			{"STRIPE_WEBHOOK_SECRET", map[string]string{"STRIPE_WEBHOOK_SECRET": "secret"}},
 			{"TALLY_ALLOW_LIVE_SECRET_KEY", map[string]string{"TALLY_ALLOW_LIVE_SECRET_KEY": "maybe"}},
 			{"TALLY_CLOSE_GRACE", map[string]string{"TALLY_CLOSE_GRACE": "abc"}},
+			{"TALLY_STRIPE_KEY_WINDOW", map[string]string{"TALLY_STRIPE_KEY_WINDOW": "24h"}},
+			{"TALLY_STRIPE_KEY_WINDOW", map[string]string{"TALLY_STRIPE_KEY_WINDOW": "23h59m", "STRIPE_TIMEOUT": "1s"}},
 			{"TALLY_LOG_LEVEL", map[string]string{"TALLY_LOG_LEVEL": "loud"}},
 			{"TALLY_PERIOD", map[string]string{"TALLY_PERIOD": "week"}},
 			{"TALLY_PERIOD_BUDGET_CENTS", map[string]string{"TALLY_PERIOD_BUDGET_CENTS": "-5"}},

@@ -57,12 +57,13 @@ var errCrash = errors.New("simulated crash")
 type ChargePeriodWorker struct {
 	river.WorkerDefaults[ChargePeriodArgs]
 
-	ledger     *ledger.Ledger
-	stripe     Stripe
-	logger     *slog.Logger
-	jobTimeout time.Duration
-	leaseTTL   time.Duration
-	host       string
+	ledger        *ledger.Ledger
+	stripe        Stripe
+	logger        *slog.Logger
+	jobTimeout    time.Duration
+	leaseTTL      time.Duration
+	stripeTimeout time.Duration
+	host          string
 
 	// retryLaterMin and retryLaterMax bound the jittered snooze after 429
 	// or idempotency_key_in_use.
@@ -107,7 +108,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", charge.ID), slog.String("status", charge.Status))
 		return nil
 	}
-	if charge.StripePaymentMethodID == nil {
+	if charge.StripePaymentMethodID == nil && charge.FirstAttemptedAt == nil {
 		if charge, err = w.snapshotPaymentMethod(ctx, charge); err != nil {
 			return err
 		}
@@ -129,6 +130,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	if claim == nil {
 		return nil // settled between pre-flight and claim
 	}
+	claimedAt := time.Now() // monotonic: how long this run has held the lease
 	if err := w.crash(crashAfterClaim); err != nil {
 		return err
 	}
@@ -137,20 +139,29 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	// so look for the charge's PaymentIntents before any new call.
 	if claim.Reconcile {
 		var done bool
-		if claim, done, err = w.reconcileClaimed(ctx, job, claim, actor, logger); err != nil || done {
+		if claim, done, err = w.reconcileClaimed(ctx, job, claim, claimedAt, actor, logger); err != nil || done {
 			return err
 		}
 	}
 
-	// 4. Call Stripe: parameters and key are a pure function of the charge row.
+	// 4. Call Stripe: parameters and key are a pure function of the charge
+	// row. A run that stalled (GC, a paused VM) must not call once its lease
+	// may have passed to another run, which may already have moved on.
+	if err := w.leaseLeft(ctx, claimedAt); err != nil {
+		w.release(ctx, claim, logger)
+		return err
+	}
 	pi, err := w.stripe.PaymentIntentCreate(ctx, paymentIntentParams(claim.Charge))
 	outcome := classify(pi, err)
 	if err := w.crash(crashAfterStripe); err != nil {
 		return err
 	}
 
-	// 5. Record the outcome; complete the job in the same transaction.
-	charge, err = w.ledger.ChargeRecordOutcome(ctx, claim, outcome, actor, func(ctx context.Context, tx pgx.Tx) error {
+	// 5. Record the outcome; complete the job in the same transaction. The
+	// answer is recorded even if the job's deadline passed meanwhile.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	charge, err = w.ledger.ChargeRecordOutcome(recordCtx, claim, outcome, actor, func(ctx context.Context, tx pgx.Tx) error {
 		if err := w.crash(crashBeforeComplete); err != nil {
 			return err
 		}
@@ -187,7 +198,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 // PaymentIntent found → the charge takes its outcome and the job completes
 // (done); several → held (done); none → the next key generation, committed
 // with a fresh window, and the returned claim calls Stripe with the new key.
-func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
+func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, claimedAt time.Time, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
 	pis, err := chargePaymentIntents(ctx, w.stripe, claim.Charge)
 	if err != nil {
 		w.release(ctx, claim, logger)
@@ -195,6 +206,10 @@ func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Jo
 	}
 	o, found := reconcileOutcome(claim.Charge, pis)
 	if !found {
+		if err := w.leaseLeft(ctx, claimedAt); err != nil {
+			w.release(ctx, claim, logger)
+			return nil, false, err
+		}
 		next, err := w.ledger.ChargeGenerationNext(ctx, claim, actor)
 		if err != nil {
 			return nil, false, err
@@ -221,6 +236,25 @@ func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Jo
 	}
 	return nil, true, fmt.Errorf("charge %d reconciled to %s", charge.ID, charge.Status)
 }
+
+// recordTimeout bounds the transaction that records an outcome.
+const recordTimeout = 30 * time.Second
+
+// leaseLeft returns an error when this run may no longer call Stripe: its
+// context is done, or less of its lease is left than one Stripe call plus a
+// margin needs (measured on the monotonic clock since the claim).
+func (w *ChargePeriodWorker) leaseLeft(ctx context.Context, claimedAt time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if left := w.leaseTTL - time.Since(claimedAt); left < w.stripeTimeout+leaseCallMargin {
+		return fmt.Errorf("only %s of the charge lease left, less than a Stripe call needs; retrying", left.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// leaseCallMargin is how much lease must remain after a Stripe call.
+const leaseCallMargin = 5 * time.Second
 
 // release gives up a claim after a failure before any Stripe call, so the
 // retry need not wait for the lease to expire.

@@ -87,7 +87,8 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	jobTimeout, leaseTTL, rescueAfter := ChargeTimings(config.StripeTimeout)
 	worker := &ChargePeriodWorker{
 		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger,
-		jobTimeout: jobTimeout, leaseTTL: leaseTTL, host: hostID(), crashHook: config.crashHook,
+		jobTimeout: jobTimeout, leaseTTL: leaseTTL, stripeTimeout: config.StripeTimeout, host: hostID(),
+		crashHook:     config.crashHook,
 		retryLaterMin: retryLaterSnoozeMin, retryLaterMax: retryLaterSnoozeMax,
 	}
 	if config.retryLaterSnooze > 0 {

@@ -46,6 +46,15 @@ type ChargeReconcileWorker struct {
 	after  time.Duration
 }
 
+// reconcileTimeout bounds one reconciler run; River may rescue a run that
+// takes longer, which is harmless: every write is monotonic.
+const reconcileTimeout = 10 * time.Minute
+
+// Timeout bounds a run; a long list of charges is taken up by the next run.
+func (w *ChargeReconcileWorker) Timeout(*river.Job[ChargeReconcileArgs]) time.Duration {
+	return reconcileTimeout
+}
+
 // Work reconciles one batch of stale charges.
 func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeReconcileArgs]) error {
 	charges, err := w.ledger.ChargeListStale(ctx, w.ledger.Now().Add(-w.after), reconcileBatchMax)
@@ -54,6 +63,12 @@ func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeR
 	}
 	counts := map[string]int{}
 	for _, c := range charges {
+		if ctx.Err() != nil {
+			break // the next run goes on from where this one stopped
+		}
+		if err := w.ledger.ChargeMarkReconciled(ctx, c.ID); err != nil {
+			return err
+		}
 		res, err := ReconcileCharge(ctx, w.ledger, w.stripe, c)
 		if err != nil {
 			counts["error"]++

@@ -47,7 +47,17 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.O
 	case 0:
 		return ledger.Outcome{}, false
 	case 1:
-		o = outcomeFromPaymentIntent(pis[0])
+		pi := pis[0]
+		if pi.Amount != c.AmountCents || string(pi.Currency) != c.Currency || pi.Customer == nil || pi.Customer.ID != c.StripeCustomerID {
+			// The key matches but not what the charge would have sent: not
+			// ours to adopt blindly (another environment? a bug?).
+			return ledger.Outcome{
+				Class: ledger.OutcomeHeld, ErrorType: "payment_intent_mismatch",
+				ErrorMessage: fmt.Sprintf("PaymentIntent %s carries tally_charge_key %s but is for %d %s of %s; the charge is %d %s of %s",
+					pi.ID, c.ChargeKey, pi.Amount, pi.Currency, customerOf(pi), c.AmountCents, c.Currency, c.StripeCustomerID),
+			}, true
+		}
+		o = outcomeFromPaymentIntent(pi)
 		o.ResolvedBy = "reconcile"
 		return o, true
 	}
@@ -129,4 +139,11 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 		res.Action = "resolved"
 	}
 	return res, nil
+}
+
+func customerOf(pi *stripe.PaymentIntent) string {
+	if pi.Customer == nil {
+		return "no customer"
+	}
+	return pi.Customer.ID
 }

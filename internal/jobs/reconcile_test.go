@@ -178,3 +178,27 @@ func TestReconcileCharge(t *testing.T) {
 		require.True(t, ids[*c.StripePaymentIntentID])
 	})
 }
+
+func TestChargeJobRunNowAfterRiverDeletedTheJob(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 300)
+	b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
+	charge := b.closeNow(t, ctx, "acme")
+	b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
+	require.NoError(t, b.worker.Stop(ctx))
+	// A week later River's retention has deleted the discarded job.
+	_, err := b.Pool.Exec(ctx, `DELETE FROM river.river_job WHERE kind = 'charge_period'`)
+	require.NoError(t, err)
+	b.pastKeyWindow()
+
+	require.NoError(t, b.Ledger.ChargeJobRunNow(ctx, charge.ID))
+	p, err := b.Ledger.PeriodGet(ctx, "acme", "2026-11")
+	require.NoError(t, err)
+	require.Equal(t, *p.ChargeJobID, b.Count(t, `SELECT id FROM river.river_job WHERE kind = 'charge_period'`), "a new job, recorded on the period")
+
+	b.startWorker(t, ctx)
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, 1, c.KeyGeneration)
+	require.Len(t, b.paymentIntents("cus_acme"), 1)
+}

@@ -2,11 +2,13 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Scheduler implements ledger.Scheduler with a River client, which may be
@@ -28,13 +30,24 @@ func (s Scheduler) ChargeJobInsertTx(ctx context.Context, tx pgx.Tx, customerID,
 }
 
 // ChargeJobRunNowTx makes the job available at once in tx (River's
-// JobRetryTx); a running job is left alone, a finished one runs again and
-// finds its charge settled.
-func (s Scheduler) ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64) error {
-	if _, err := s.Client.JobRetryTx(ctx, tx, jobID); err != nil {
-		return fmt.Errorf("error making charge job %d run now: %w", jobID, err)
+// JobRetryTx): a running job is left alone, a finished one runs again and
+// finds its charge settled. When River has deleted the job (its retention of
+// completed and discarded jobs), a new one is inserted to run now.
+func (s Scheduler) ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64, customerID, period string) (int64, error) {
+	if jobID != 0 {
+		_, err := s.Client.JobRetryTx(ctx, tx, jobID)
+		if err == nil {
+			return jobID, nil
+		}
+		if !errors.Is(err, rivertype.ErrNotFound) {
+			return 0, fmt.Errorf("error making charge job %d run now: %w", jobID, err)
+		}
 	}
-	return nil
+	res, err := s.Client.InsertTx(ctx, tx, ChargePeriodArgs{CustomerID: customerID, Period: period}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting charge job %s/%s: %w", customerID, period, err)
+	}
+	return res.Job.ID, nil
 }
 
 // StripeEventJobInsertTx inserts the stripe_event job of a stored event in tx

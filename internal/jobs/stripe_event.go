@@ -38,7 +38,8 @@ func (StripeEventArgs) InsertOpts() river.InsertOpts {
 //   - payment_intent.succeeded / payment_failed / processing / canceled
 //     settle the charge found by PaymentIntent id or metadata.tally_charge_key,
 //     monotonically (a late processing never undoes succeeded);
-//   - charge.refunded appends its refunds, charge.dispute.created its dispute;
+//   - refund.created (and charge.refunded, when it lists its refunds) appends
+//     the refund, charge.dispute.created the dispute;
 //   - anything else, or a PaymentIntent Tally did not create, is ignored.
 type StripeEventWorker struct {
 	river.WorkerDefaults[StripeEventArgs]
@@ -92,7 +93,8 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 			return "", "", fmt.Errorf("error decoding Charge: %w", err)
 		}
 		if ch.Refunds == nil || len(ch.Refunds.Data) == 0 {
-			return ledger.StripeEventIgnored, "charge.refunded without refunds data", nil
+			// Current API versions leave the list out: refund.created records it.
+			return ledger.StripeEventIgnored, "charge.refunded without refunds data; refund.created records the refund", nil
 		}
 		for _, r := range ch.Refunds.Data {
 			_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
@@ -106,6 +108,26 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 			if err != nil {
 				return "", "", err
 			}
+		}
+		return ledger.StripeEventProcessed, "", nil
+
+	case "refund.created", "charge.refund.updated":
+		// Since API version 2022-11-15 charge.refunded carries no refunds
+		// list; the Refund object comes in these events.
+		var re stripe.Refund
+		if err := json.Unmarshal(e.Data.Raw, &re); err != nil {
+			return "", "", fmt.Errorf("error decoding Refund: %w", err)
+		}
+		_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+			StripeID: re.ID, StripeChargeID: idOfCharge(re.Charge), StripePaymentIntentID: idOf(re.PaymentIntent),
+			AmountCents: re.Amount, Currency: string(re.Currency), Status: string(re.Status), Reason: string(re.Reason),
+			CreatedAt: time.Unix(re.Created, 0).UTC(), EventID: ev.ID,
+		})
+		if errors.Is(err, ledger.ErrNotFound) {
+			return ledger.StripeEventIgnored, "refunded charge is not Tally's", nil
+		}
+		if err != nil {
+			return "", "", err
 		}
 		return ledger.StripeEventProcessed, "", nil
 

@@ -225,3 +225,23 @@ func TestStripeWebhooks(t *testing.T) {
 		b.waitJobsFinalized(t)
 	})
 }
+
+func TestStripeWebhookRefundCreated(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 1000)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	url := b.apiServer(t)
+	ev := map[string]any{"id": "evt_re", "object": "event", "type": "refund.created", "created": time.Now().Unix(),
+		"api_version": stripesim.APIVersion, "data": map[string]any{"object": map[string]any{
+			"id": "re_1", "object": "refund", "amount": 250, "currency": "usd", "status": "succeeded",
+			"charge": *c.StripeChargeID, "payment_intent": *c.StripePaymentIntentID, "created": time.Now().Unix(),
+		}}}
+	for range 2 {
+		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
+		require.Equal(t, http.StatusOK, status)
+	}
+	b.waitEvent(t, ctx, "evt_re", ledger.StripeEventProcessed)
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.refunds WHERE stripe_refund_id = 're_1' AND amount_cents = 250 AND charge_id = $1`, c.ID))
+}

@@ -155,14 +155,15 @@ VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
 }
 
 // ChargeSetPaymentMethod snapshots the payment method of a charge that was
-// created without one (its customer had none registered), once: a charge
-// that already has one keeps it, so every attempt sends the same parameters.
+// created without one (its customer had none registered), once and only
+// before its first attempt: a charge that has one, or that Stripe was already
+// called for, keeps what it has, so every attempt sends the same parameters.
 // It returns the charge as stored.
 func (l *Ledger) ChargeSetPaymentMethod(ctx context.Context, chargeID int64, paymentMethodID string) (*Charge, error) {
 	c, err := scanCharge(l.pool.QueryRow(ctx, `
 WITH updated AS (
     UPDATE billing.charges SET stripe_payment_method_id = $2, updated_at = $3
-    WHERE id = $1 AND stripe_payment_method_id IS NULL
+    WHERE id = $1 AND stripe_payment_method_id IS NULL AND first_attempted_at IS NULL
     RETURNING `+chargeColumns+`
 )
 SELECT * FROM updated
@@ -177,38 +178,61 @@ SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 AND NOT EXISTS (SELE
 
 // ChargeJobRunNow makes the charge job of a charge's period run now (River
 // JobRetry: available at once; a discarded job is revived, a running one left
-// alone). The job finds the charge's state and does only what is left.
+// alone, a deleted one inserted again). The job finds the charge's state and
+// does only what is left.
 func (l *Ledger) ChargeJobRunNow(ctx context.Context, chargeID int64) error {
 	return l.withTx(ctx, func(tx pgx.Tx) error {
+		var customerID, period string
 		var jobID *int64
 		err := tx.QueryRow(ctx, `
-SELECT p.charge_job_id FROM billing.charges c
+SELECT c.customer_id, c.period, p.charge_job_id FROM billing.charges c
 JOIN billing.periods p ON p.customer_id = c.customer_id AND p.period = c.period
-WHERE c.id = $1`, chargeID).Scan(&jobID)
+WHERE c.id = $1
+FOR UPDATE OF p`, chargeID).Scan(&customerID, &period, &jobID)
 		if err == pgx.ErrNoRows {
 			return fmt.Errorf("charge %d %w", chargeID, ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("error finding charge job of charge %d: %w", chargeID, err)
 		}
-		if jobID == nil {
-			return fmt.Errorf("charge %d has no charge job", chargeID)
-		}
-		return l.config.Scheduler.ChargeJobRunNowTx(ctx, tx, *jobID)
+		return l.chargeJobRunNowTx(ctx, tx, customerID, period, jobID)
 	})
 }
 
+// chargeJobRunNowTx makes the period's charge job run now and records its id
+// when it changed. The caller holds the period row.
+func (l *Ledger) chargeJobRunNowTx(ctx context.Context, tx pgx.Tx, customerID, period string, jobID *int64) error {
+	var old int64
+	if jobID != nil {
+		old = *jobID
+	}
+	id, err := l.config.Scheduler.ChargeJobRunNowTx(ctx, tx, old, customerID, period)
+	if err != nil {
+		return err
+	}
+	if id != old {
+		if _, err := tx.Exec(ctx, `UPDATE billing.periods SET charge_job_id = $3 WHERE customer_id = $1 AND period = $2`,
+			customerID, period, id); err != nil {
+			return fmt.Errorf("error recording charge job of %s/%s: %w", customerID, period, err)
+		}
+	}
+	return nil
+}
+
 // ChargeListStale returns up to limit unsettled charges (pending, unknown,
-// processing) whose lease is free or expired and whose last attempt (or
-// creation, when never attempted) is older than before: the reconciler's
-// work list, oldest first.
+// processing) whose lease is free or expired, and whose last attempt (or
+// creation, when never attempted) and last reconciliation are both older than
+// before: the reconciler's work list. Pending and unknown charges come
+// before processing ones (which may take days to settle), the least recently
+// reconciled first, so every charge gets its turn.
 func (l *Ledger) ChargeListStale(ctx context.Context, before time.Time, limit int) ([]*Charge, error) {
 	rows, err := l.pool.Query(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges
 WHERE status IN ('pending', 'unknown', 'processing')
   AND (lease_expires_at IS NULL OR lease_expires_at < $1)
   AND coalesce(last_attempted_at, created_at) < $2
-ORDER BY coalesce(last_attempted_at, created_at)
+  AND (reconciled_at IS NULL OR reconciled_at < $2)
+ORDER BY status = 'processing', reconciled_at NULLS FIRST, coalesce(last_attempted_at, created_at)
 LIMIT $3`, l.now(), before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("error listing stale charges: %w", err)
@@ -218,6 +242,14 @@ LIMIT $3`, l.now(), before, limit)
 		return nil, fmt.Errorf("error listing stale charges: %w", err)
 	}
 	return charges, nil
+}
+
+// ChargeMarkReconciled records that the reconciler checked the charge now.
+func (l *Ledger) ChargeMarkReconciled(ctx context.Context, chargeID int64) error {
+	if _, err := l.pool.Exec(ctx, `UPDATE billing.charges SET reconciled_at = $2 WHERE id = $1`, chargeID, l.now()); err != nil {
+		return fmt.Errorf("error marking charge %d reconciled: %w", chargeID, err)
+	}
+	return nil
 }
 
 // Now returns the ledger's clock reading (Config.Clock), for callers that

@@ -142,29 +142,35 @@ UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.
 // attempt row of the coming call, in one committed transaction. It returns
 // ErrLeaseLost when the claim's lease was taken over.
 func (l *Ledger) ChargeGenerationNext(ctx context.Context, claim *Claim, actor string) (*Claim, error) {
+	var next *Claim
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		// Everything derives from the claim as it was, so a retried
+		// transaction computes the same generation and key.
 		now := l.now()
+		gen := claim.Charge.KeyGeneration + 1
+		from := claim.Charge.Status
 		c, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
-SET key_generation = key_generation + 1,
-    idempotency_key = $3,
+SET status = 'pending',
+    key_generation = $3,
+    idempotency_key = $4,
     generation_first_attempted_at = NULL,
-    updated_at = $4
-WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown')
-RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner,
-			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, claim.Charge.KeyGeneration+1), now))
+    updated_at = $5
+WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_generation = $3 - 1
+RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
+			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, gen), now))
 		if err == pgx.ErrNoRows {
 			return ErrLeaseLost
 		}
 		if err != nil {
 			return fmt.Errorf("error starting key generation: %w", err)
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
-			fmt.Sprintf("key generation %d: reconciliation found no PaymentIntent after the key window", c.KeyGeneration)); err != nil {
+		if err := transitionTx(ctx, tx, now, c.ID, &from, c.Status, actor,
+			fmt.Sprintf("key generation %d: reconciliation found no PaymentIntent after the key window", gen)); err != nil {
 			return err
 		}
-		claim.Charge, claim.Reconcile = c, false
-		return attemptStartTx(ctx, tx, now, claim)
+		next = &Claim{Charge: c, Owner: claim.Owner, params: claim.params}
+		return attemptStartTx(ctx, tx, now, next)
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		return nil, ErrLeaseLost
@@ -172,7 +178,7 @@ RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner,
 	if err != nil {
 		return nil, fmt.Errorf("error moving charge %d to its next key generation: %w", claim.Charge.ID, err)
 	}
-	return claim, nil
+	return next, nil
 }
 
 // ChargeRelease gives up a claim's lease without an outcome, so the next run

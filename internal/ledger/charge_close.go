@@ -57,8 +57,8 @@ WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != ni
 				return fmt.Errorf("error closing period: %w", err)
 			}
 		}
-		if p.RunChargeJobNow && jobID != nil {
-			if err := l.config.Scheduler.ChargeJobRunNowTx(ctx, tx, *jobID); err != nil {
+		if p.RunChargeJobNow {
+			if err := l.chargeJobRunNowTx(ctx, tx, p.CustomerID, p.Period, jobID); err != nil {
 				return err
 			}
 		}

@@ -62,14 +62,11 @@ func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcom
 	var charge *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
-		var status string
-		var owner *string
-		err := tx.QueryRow(ctx, `SELECT status, lease_owner FROM billing.charges WHERE id = $1 FOR UPDATE`,
-			claim.Charge.ID).Scan(&status, &owner)
+		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, claim.Charge.ID))
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
-		if owner == nil || *owner != claim.Owner {
+		if c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
 			return ErrLeaseLost
 		}
 
@@ -89,14 +86,7 @@ WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o
 			}
 		}
 
-		if chargeMovesForward(status, o.Class) {
-			charge, err = chargeApplyOutcomeTx(ctx, tx, now, claim.Charge.ID, status, o, actor, true)
-		} else {
-			// Settled meanwhile by a webhook or the reconciler: keep it.
-			charge, err = scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE id = $1 RETURNING `+chargeColumns, claim.Charge.ID, now))
-		}
+		charge, _, _, err = l.chargeTakeOutcomeTx(ctx, tx, now, c, o, actor, true)
 		if err != nil {
 			return fmt.Errorf("error applying outcome: %w", err)
 		}
@@ -120,17 +110,72 @@ WHERE id = $1 RETURNING `+chargeColumns, claim.Charge.ID, now))
 	return charge, nil
 }
 
-// chargeMovesForward reports whether an outcome of class may change a
-// charge in status. Transitions are monotonic: pending and unknown take any
-// outcome; processing only a final one; terminal and held charges none.
-func chargeMovesForward(status, class string) bool {
-	switch status {
+// chargeMayTake reports whether charge c may take an outcome o; transitions
+// are monotonic. Pending and unknown take any outcome; processing only a
+// final one. A failed or held charge takes only a success of the PaymentIntent
+// it names (or, held, of the first one Stripe reports): Stripe says the money
+// moved, so the ledger must too — except for a double-charge hold, which stays
+// for a human. Succeeded, skipped and canceled never change.
+func chargeMayTake(c *Charge, o Outcome) bool {
+	switch c.Status {
 	case ChargePending, ChargeUnknown:
 		return true
 	case ChargeProcessing:
-		return class == OutcomeSucceeded || class == OutcomeFailed || class == OutcomeHeld
+		return o.Class == OutcomeSucceeded || o.Class == OutcomeFailed || o.Class == OutcomeHeld
+	case ChargeFailed:
+		return o.Class == OutcomeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
+	case ChargeHeld:
+		return o.Class == OutcomeSucceeded && o.StripePaymentIntentID != "" &&
+			(c.HeldReason == nil || !strings.HasPrefix(*c.HeldReason, heldDoubleCharge))
 	}
 	return false
+}
+
+// heldDoubleCharge starts the held_reason of a double charge.
+const heldDoubleCharge = "double_charge"
+
+// chargeTakeOutcomeTx applies outcome o to the locked charge c when it may
+// take it, and reports whether its status changed. A PaymentIntent other than
+// the one c names is never recorded over it: it is a double charge, which
+// holds an unsettled charge and, on a settled one, is logged as an ALERT
+// transition (status unchanged) for a human. releaseLease also clears the
+// lease, whatever happens.
+func (l *Ledger) chargeTakeOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, bool, *DoubleChargeError, error) {
+	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
+		double := &DoubleChargeError{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
+		l.logger.ErrorContext(ctx, double.Error(), "actor", actor, "outcome", o.Class)
+		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
+			held, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, Outcome{
+				Class: OutcomeHeld, ErrorType: heldDoubleCharge, ErrorMessage: double.Error(),
+			}, actor, releaseLease)
+			return held, err == nil, double, err
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+			fmt.Sprintf("ALERT %s; Stripe says %s %s", double.Error(), pi, o.Class)); err != nil {
+			return nil, false, double, err
+		}
+		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+		return c, false, double, err
+	}
+	if !chargeMayTake(c, o) {
+		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+		return c, false, nil, err
+	}
+	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, o, actor, releaseLease)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	return updated, updated.Status != c.Status, nil, nil
+}
+
+// chargeLeaseReleaseTx clears the lease of c when release is set.
+func chargeLeaseReleaseTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, release bool) (*Charge, error) {
+	if !release {
+		return c, nil
+	}
+	return scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
 }
 
 // chargeApplyOutcomeTx moves a locked charge, now in status, by outcome o
@@ -151,8 +196,8 @@ func chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeI
 	case OutcomeHeld:
 		next = ChargeHeld
 		heldReason = ptr(cmp.Or(o.ErrorMessage, "held"))
-		if o.ErrorType != "" {
-			heldReason = ptr(fmt.Sprintf("%s %s: %s", o.ErrorType, o.ErrorCode, o.ErrorMessage))
+		if prefix := strings.TrimSpace(o.ErrorType + " " + o.ErrorCode); prefix != "" {
+			heldReason = ptr(prefix + ": " + cmp.Or(o.ErrorMessage, "held"))
 		}
 	case OutcomeRetryLater, OutcomeError:
 	default:

@@ -61,14 +61,15 @@ func (l *Ledger) ChargeResolve(ctx context.Context, p ChargeResolveParams) (*Cha
 
 // ChargeResolveTx settles a charge in the caller's transaction from what
 // Stripe says of its PaymentIntent, and reports whether the charge changed.
-// Transitions are monotonic (see chargeMovesForward): a late or replayed
-// answer never moves a charge backwards, so applying the same news twice, or
-// old news after new, changes nothing. The lease is left alone: a worker still
+// Transitions are monotonic (see chargeMayTake): a late or replayed answer
+// never moves a charge backwards, so applying the same news twice, or old
+// news after new, changes nothing. The lease is left alone: a worker still
 // calling Stripe records its attempt later and keeps this status.
 //
 // It returns ErrNotFound when no charge matches (a PaymentIntent Tally did not
-// create), and a *DoubleChargeError when the charge already has a different
-// PaymentIntent — the charge is then held if it was not final.
+// create), and a *DoubleChargeError when the charge already names a different
+// PaymentIntent — the charge is then held if it was not final, and the alert
+// is logged in its transitions either way.
 func (l *Ledger) ChargeResolveTx(ctx context.Context, tx pgx.Tx, p ChargeResolveParams) (*Charge, bool, error) {
 	now := l.now()
 	var row pgx.Row
@@ -94,32 +95,17 @@ ORDER BY (stripe_payment_intent_id = $1) DESC NULLS LAST LIMIT 1 FOR UPDATE`, pi
 		return nil, false, fmt.Errorf("error locking charge: %w", err)
 	}
 
-	o := p.Outcome
-	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi &&
-		(o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) {
-		dc := &DoubleChargeError{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
-		if c.Terminal() || c.Status == ChargeHeld {
-			return c, false, dc
-		}
-		held, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, Outcome{
-			Class: OutcomeHeld, ErrorType: "double_charge", ErrorMessage: dc.Error(),
-		}, p.Actor, false)
-		if err != nil {
-			return nil, false, err
-		}
-		return held, true, dc
-	}
-	if !chargeMovesForward(c.Status, o.Class) {
-		return c, false, nil
-	}
-	switch o.Class {
+	switch p.Outcome.Class {
 	case OutcomeSucceeded, OutcomeFailed, OutcomeProcessing, OutcomeHeld:
 	default:
 		return c, false, nil // unknown news settles nothing
 	}
-	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, o, p.Actor, false)
+	updated, changed, double, err := l.chargeTakeOutcomeTx(ctx, tx, now, c, p.Outcome, p.Actor, false)
 	if err != nil {
 		return nil, false, err
 	}
-	return updated, updated.Status != c.Status, nil
+	if double != nil {
+		return updated, changed, double
+	}
+	return updated, changed, nil
 }

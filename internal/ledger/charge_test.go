@@ -236,3 +236,126 @@ func TestChargeClaim(t *testing.T) {
 		}
 	})
 }
+
+func TestChargeResolve(t *testing.T) {
+	t.Parallel()
+
+	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class, pi string) (*ledger.Charge, bool, error) {
+		t.Helper()
+		return b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{
+			ChargeKey: ledger.ChargeKey("acme", "2026-11"), Actor: "webhook:test",
+			Outcome: ledger.Outcome{Class: class, StripePaymentIntentID: pi, ErrorCode: "x"},
+		})
+	}
+	closed := func(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
+		ctx, b := setup(t)
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		return ctx, b, b.close(t, ctx)
+	}
+
+	t.Run("FailedThenPaidOnTheSamePaymentIntent", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := closed(t)
+		c, _, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_A")
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeFailed, c.Status)
+		// The customer authenticates on-session later: the money moved.
+		c, changed, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, ledger.ChargeSucceeded, c.Status)
+	})
+
+	t.Run("LateNewsNeverMovesBackwards", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := closed(t)
+		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		require.NoError(t, err)
+		for _, class := range []string{ledger.OutcomeProcessing, ledger.OutcomeFailed, ledger.OutcomeSucceeded} {
+			c, changed, err := resolve(t, ctx, b, class, "pi_A")
+			require.NoError(t, err)
+			require.False(t, changed, class)
+			require.Equal(t, ledger.ChargeSucceeded, c.Status)
+		}
+	})
+
+	t.Run("SecondPaymentIntentHoldsAndNeverOverwrites", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, charge := closed(t)
+		_, _, err := resolve(t, ctx, b, ledger.OutcomeProcessing, "pi_A")
+		require.NoError(t, err)
+		// A failure of another PaymentIntent with the same key changes nothing.
+		c, changed, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_B")
+		var double *ledger.DoubleChargeError
+		require.ErrorAs(t, err, &double)
+		require.False(t, changed)
+		require.Equal(t, ledger.ChargeProcessing, c.Status)
+		require.Equal(t, "pi_A", *c.StripePaymentIntentID)
+		// Its success is a double charge: held for a human.
+		c, changed, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
+		require.ErrorAs(t, err, &double)
+		require.True(t, changed)
+		require.Equal(t, ledger.ChargeHeld, c.Status)
+		require.Contains(t, *c.HeldReason, "double_charge")
+		require.Equal(t, "pi_A", *c.StripePaymentIntentID)
+		// And the hold stays, whatever the first PaymentIntent does.
+		c, _, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeHeld, c.Status)
+		require.Equal(t, int64(2), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE '%ALERT%'`, charge.ID))
+	})
+
+	t.Run("SecondPaymentIntentOnSettledChargeIsAlerted", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, charge := closed(t)
+		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		require.NoError(t, err)
+		c, changed, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
+		var double *ledger.DoubleChargeError
+		require.ErrorAs(t, err, &double)
+		require.False(t, changed)
+		require.Equal(t, ledger.ChargeSucceeded, c.Status)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_B%'`, charge.ID))
+	})
+
+	t.Run("UnknownCharge", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t)
+		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_X")
+		require.ErrorIs(t, err, ledger.ErrNotFound)
+	})
+}
+
+func TestChargeGenerationNext(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+	require.NoError(t, err)
+	c := b.close(t, ctx)
+	params := ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "a", LeaseTTL: time.Minute}
+	claim, err := b.Ledger.ChargeClaim(ctx, params)
+	require.NoError(t, err)
+	_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+	require.NoError(t, err)
+
+	// A day later the key window has passed: the claim must reconcile first.
+	b.Clock.Advance(24 * time.Hour)
+	claim, err = b.Ledger.ChargeClaim(ctx, params)
+	require.NoError(t, err)
+	require.True(t, claim.Reconcile)
+	require.Zero(t, claim.AttemptID, "no attempt before reconciling")
+
+	next, err := b.Ledger.ChargeGenerationNext(ctx, claim, "a")
+	require.NoError(t, err)
+	require.Equal(t, 1, next.Charge.KeyGeneration)
+	require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), next.Charge.IdempotencyKey)
+	require.Equal(t, ledger.ChargePending, next.Charge.Status, "unknown → pending with the next key")
+	require.NotZero(t, next.AttemptID)
+	require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "a fresh window")
+
+	// The payment method is no longer snapshotted once Stripe was called.
+	c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_late")
+	require.NoError(t, err)
+	require.Nil(t, c.StripePaymentMethodID)
+}

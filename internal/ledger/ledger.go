@@ -32,9 +32,12 @@ type Scheduler interface {
 	// scheduled at runAt and unique per pair, and returns its id.
 	ChargeJobInsertTx(ctx context.Context, tx pgx.Tx, customerID, period string, runAt time.Time) (jobID int64, err error)
 
-	// ChargeJobRunNowTx makes the charge job with jobID available to run at
-	// once; a running job is left alone.
-	ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64) error
+	// ChargeJobRunNowTx makes the charge job of (customerID, period), whose
+	// id was jobID, available to run at once (a running job is left alone),
+	// and returns its id: a new job's when River had already deleted the old
+	// one (completed jobs are deleted after a day, discarded ones after a
+	// week).
+	ChargeJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64, customerID, period string) (int64, error)
 
 	// StripeEventJobInsertTx inserts the job that processes the stored Stripe
 	// event eventID, and returns its id.

@@ -1,0 +1,52 @@
+package jobs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+func TestLeaseLeft(t *testing.T) {
+	t.Parallel()
+	w := &ChargePeriodWorker{leaseTTL: 60 * time.Second, stripeTimeout: 30 * time.Second}
+	ctx := context.Background()
+	require.NoError(t, w.leaseLeft(ctx, time.Now()))
+	require.NoError(t, w.leaseLeft(ctx, time.Now().Add(-20*time.Second)))
+	require.ErrorContains(t, w.leaseLeft(ctx, time.Now().Add(-30*time.Second)), "lease left", "a stalled run must not call Stripe")
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, w.leaseLeft(canceled, time.Now()), context.Canceled)
+}
+
+func TestReconcileOutcome(t *testing.T) {
+	t.Parallel()
+	c := &ledger.Charge{ChargeKey: "k", AmountCents: 500, Currency: "usd", StripeCustomerID: "cus_1"}
+	pi := func(id string, amount int64, customer string, status stripe.PaymentIntentStatus) *stripe.PaymentIntent {
+		return &stripe.PaymentIntent{ID: id, Amount: amount, Currency: "usd", Customer: &stripe.Customer{ID: customer}, Status: status}
+	}
+
+	_, found := reconcileOutcome(c, nil)
+	require.False(t, found)
+
+	o, found := reconcileOutcome(c, []*stripe.PaymentIntent{pi("pi_1", 500, "cus_1", stripe.PaymentIntentStatusSucceeded)})
+	require.True(t, found)
+	require.Equal(t, ledger.OutcomeSucceeded, o.Class)
+	require.Equal(t, "reconcile", o.ResolvedBy)
+
+	o, _ = reconcileOutcome(c, []*stripe.PaymentIntent{pi("pi_1", 499, "cus_1", stripe.PaymentIntentStatusSucceeded)})
+	require.Equal(t, ledger.OutcomeHeld, o.Class, "a PaymentIntent for another amount is not adopted")
+	require.Empty(t, o.StripePaymentIntentID)
+
+	o, _ = reconcileOutcome(c, []*stripe.PaymentIntent{pi("pi_1", 500, "cus_2", stripe.PaymentIntentStatusSucceeded)})
+	require.Equal(t, ledger.OutcomeHeld, o.Class, "nor one of another customer")
+
+	o, _ = reconcileOutcome(c, []*stripe.PaymentIntent{
+		pi("pi_1", 500, "cus_1", stripe.PaymentIntentStatusSucceeded), pi("pi_2", 500, "cus_1", stripe.PaymentIntentStatusSucceeded)})
+	require.Equal(t, ledger.OutcomeHeld, o.Class)
+	require.Equal(t, "double_charge", o.ErrorType)
+}
