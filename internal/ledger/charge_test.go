@@ -30,6 +30,15 @@ func (b *testBundle) close(t *testing.T, ctx context.Context) *ledger.Charge {
 	return c
 }
 
+// closedCharge sets up acme's November with one event, closed.
+func closedCharge(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
+	t.Helper()
+	ctx, b := setup(t)
+	_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+	require.NoError(t, err)
+	return ctx, b, b.close(t, ctx)
+}
+
 func TestPeriodClose(t *testing.T) {
 	t.Parallel()
 
@@ -158,10 +167,7 @@ func TestChargeClaim(t *testing.T) {
 
 	t.Run("LeaseHeldThenExpires", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
-		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-		require.NoError(t, err)
-		c := b.close(t, ctx)
+		ctx, b, c := closedCharge(t)
 
 		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
@@ -183,10 +189,7 @@ func TestChargeClaim(t *testing.T) {
 
 	t.Run("LostLeaseCannotRecord", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
-		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-		require.NoError(t, err)
-		c := b.close(t, ctx)
+		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
 		b.Clock.Advance(2 * time.Minute)
@@ -203,10 +206,7 @@ func TestChargeClaim(t *testing.T) {
 
 	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
-		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-		require.NoError(t, err)
-		c := b.close(t, ctx)
+		ctx, b, c := closedCharge(t)
 		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
 		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "a", nil)
@@ -218,10 +218,7 @@ func TestChargeClaim(t *testing.T) {
 
 	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
-		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-		require.NoError(t, err)
-		c := b.close(t, ctx)
+		ctx, b, c := closedCharge(t)
 		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
 		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
@@ -247,16 +244,10 @@ func TestChargeResolve(t *testing.T) {
 			Outcome: ledger.Outcome{Class: class, StripePaymentIntentID: pi, ErrorCode: "x"},
 		})
 	}
-	closed := func(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
-		ctx, b := setup(t)
-		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-		require.NoError(t, err)
-		return ctx, b, b.close(t, ctx)
-	}
 
 	t.Run("FailedThenPaidOnTheSamePaymentIntent", func(t *testing.T) {
 		t.Parallel()
-		ctx, b, _ := closed(t)
+		ctx, b, _ := closedCharge(t)
 		c, _, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_A")
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeFailed, c.Status)
@@ -269,7 +260,7 @@ func TestChargeResolve(t *testing.T) {
 
 	t.Run("LateNewsNeverMovesBackwards", func(t *testing.T) {
 		t.Parallel()
-		ctx, b, _ := closed(t)
+		ctx, b, _ := closedCharge(t)
 		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		for _, class := range []string{ledger.OutcomeProcessing, ledger.OutcomeFailed, ledger.OutcomeSucceeded} {
@@ -282,7 +273,7 @@ func TestChargeResolve(t *testing.T) {
 
 	t.Run("SecondPaymentIntentHoldsAndNeverOverwrites", func(t *testing.T) {
 		t.Parallel()
-		ctx, b, charge := closed(t)
+		ctx, b, charge := closedCharge(t)
 		_, _, err := resolve(t, ctx, b, ledger.OutcomeProcessing, "pi_A")
 		require.NoError(t, err)
 		// A failure of another PaymentIntent with the same key changes nothing.
@@ -308,7 +299,7 @@ func TestChargeResolve(t *testing.T) {
 
 	t.Run("SecondPaymentIntentOnSettledChargeIsAlerted", func(t *testing.T) {
 		t.Parallel()
-		ctx, b, charge := closed(t)
+		ctx, b, charge := closedCharge(t)
 		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		c, changed, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
