@@ -275,7 +275,7 @@ func TestChargePeriodWorker(t *testing.T) {
 		require.Equal(t, ledger.ChargePending, c.Status)
 		b.expireLeases()
 
-		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		require.Len(t, b.paymentIntents("cus_acme"), 1)
 		b.waitJobsFinalized(t)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state = 'completed'`))

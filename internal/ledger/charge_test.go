@@ -350,3 +350,58 @@ func TestChargeGenerationNext(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, c.StripePaymentMethodID)
 }
+
+func TestChargeListStale(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	for _, c := range []string{"a", "p", "u"} {
+		b.Customer(t, c)
+		ev := event("e1", 100)
+		ev.CustomerID = c
+		_, err := b.Ledger.UsageEventRecord(ctx, ev)
+		require.NoError(t, err)
+		_, err = b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: c, Period: "2026-11", Actor: "test"})
+		require.NoError(t, err)
+	}
+	// p is processing, u unknown, a pending and never attempted.
+	for c, o := range map[string]ledger.Outcome{
+		"p": {Class: ledger.OutcomeProcessing, StripePaymentIntentID: "pi_p"},
+		"u": {Class: ledger.OutcomeUnknown},
+	} {
+		charge, err := b.Ledger.ChargeGetByPeriod(ctx, c, "2026-11")
+		require.NoError(t, err)
+		claim, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: charge.ID, Owner: "w", LeaseTTL: time.Minute})
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, o, "w", nil)
+		require.NoError(t, err)
+	}
+	customers := func(charges []*ledger.Charge) []string {
+		var ids []string
+		for _, c := range charges {
+			ids = append(ids, c.CustomerID)
+		}
+		return ids
+	}
+
+	require.Empty(t, must(b.Ledger.ChargeListStale(ctx, b.Clock.Now().Add(-10*time.Minute), 10)), "nothing is quiet yet")
+	b.Clock.Advance(time.Hour)
+	before := b.Clock.Now().Add(-10 * time.Minute)
+	stale := must(b.Ledger.ChargeListStale(ctx, before, 10))
+	require.Len(t, stale, 3)
+	require.Equal(t, "p", stale[2].CustomerID, "processing charges come last")
+
+	// A charge just reconciled waits its turn; the others come first.
+	require.NoError(t, b.Ledger.ChargeMarkReconciled(ctx, stale[0].ID))
+	require.NotContains(t, customers(must(b.Ledger.ChargeListStale(ctx, before, 10))), stale[0].CustomerID)
+	b.Clock.Advance(time.Hour)
+	again := must(b.Ledger.ChargeListStale(ctx, b.Clock.Now().Add(-10*time.Minute), 10))
+	require.Len(t, again, 3)
+	require.Equal(t, stale[0].CustomerID, again[1].CustomerID, "the least recently reconciled first")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
