@@ -79,6 +79,7 @@ const (
 	crashAfterClaim     = "after_claim"     // lease committed, Stripe not called
 	crashAfterStripe    = "after_stripe"    // Stripe answered, outcome not written
 	crashBeforeComplete = "before_complete" // outcome written in the open transaction, job not completed
+	crashAfterNewKey    = "after_new_key"   // next key generation committed, Stripe not called
 )
 
 func (w *ChargePeriodWorker) crash(point string) error {
@@ -216,6 +217,9 @@ func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Jo
 		}
 		logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
 			slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
+		if err := w.crash(crashAfterNewKey); err != nil {
+			return nil, false, err
+		}
 		return next, false, nil
 	}
 	charge, err := w.ledger.ChargeRecordOutcome(ctx, claim, o, actor, func(ctx context.Context, tx pgx.Tx) error {

@@ -10,6 +10,7 @@ const (
 	CrashAfterClaim     = crashAfterClaim
 	CrashAfterStripe    = crashAfterStripe
 	CrashBeforeComplete = crashBeforeComplete
+	CrashAfterNewKey    = crashAfterNewKey
 )
 
 func SetCrashHook(c *WorkerConfig, hook func(point string) error) { c.crashHook = hook }

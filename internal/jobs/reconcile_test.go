@@ -56,6 +56,25 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		require.Equal(t, ledger.ChargeKey("acme", "2026-11"), pis[0].Metadata["tally_charge_key"])
 	})
 
+	t.Run("CrashAfterNewKeyBeforeStripe", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterNewKey})
+		b.customerWithEvents(t, ctx, "acme", 300)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
+		b.pastKeyWindow()
+		// The run dies with the next generation committed and its lease held.
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.KeyGeneration == 1 })
+		require.Equal(t, ledger.ChargePending, c.Status)
+		require.Empty(t, b.paymentIntents("cus_acme"))
+		b.expireLeases()
+
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, 1, c.KeyGeneration, "the retry uses the committed generation's key, within its fresh window")
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+	})
+
 	t.Run("TwoMatchesAreHeld", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
