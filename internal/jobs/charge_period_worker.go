@@ -51,7 +51,8 @@ var errCrash = errors.New("simulated crash")
 //
 //  1. close the period and find or create its charge (pre-flight);
 //  2. claim the charge's lease, committed before any money moves;
-//  3. past the Stripe key window, find the charge's PaymentIntents first;
+//  3. when this database cannot prove Stripe never saw the charge or still
+//     knows its key, look for the charge's PaymentIntents on Stripe first;
 //  4. create the PaymentIntent with the charge's idempotency key;
 //  5. record the outcome and complete the job in one transaction.
 type ChargePeriodWorker struct {
@@ -77,9 +78,9 @@ type ChargePeriodWorker struct {
 // Crash points of the charge path, in order.
 const (
 	crashAfterClaim     = "after_claim"     // lease committed, Stripe not called
+	crashAfterLookup    = "after_lookup"    // look-up found nothing; key and attempt committed, Stripe not called
 	crashAfterStripe    = "after_stripe"    // Stripe answered, outcome not written
 	crashBeforeComplete = "before_complete" // outcome written in the open transaction, job not completed
-	crashAfterNewKey    = "after_new_key"   // next key generation committed, Stripe not called
 )
 
 func (w *ChargePeriodWorker) crash(point string) error {
@@ -136,11 +137,13 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		return err
 	}
 
-	// 3. Decide the key: past the key window Stripe may have forgotten it,
-	// so look for the charge's PaymentIntents before any new call.
-	if claim.Reconcile {
+	// 3. Decide the key. Tally's own record can be lost (a restored backup,
+	// a failover that drops the last commits) and Stripe forgets a key after
+	// 24 h, so unless this database holds an attempt of the key's generation
+	// within the key window, look for the charge's PaymentIntents first.
+	if claim.Lookup {
 		var done bool
-		if claim, done, err = w.reconcileClaimed(ctx, job, claim, claimedAt, actor, logger); err != nil || done {
+		if claim, done, err = w.lookUp(ctx, job, claim, claimedAt, actor, logger); err != nil || done {
 			return err
 		}
 	}
@@ -195,11 +198,13 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	return nil
 }
 
-// reconcileClaimed is step 3 for a claim past the key window: one
-// PaymentIntent found → the charge takes its outcome and the job completes
-// (done); several → held (done); none → the next key generation, committed
-// with a fresh window, and the returned claim calls Stripe with the new key.
-func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, claimedAt time.Time, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
+// lookUp is step 3 for a claim that needs a look-up (ledger.Claim.Lookup):
+// one PaymentIntent of the charge found → the charge takes its outcome and the
+// job completes (done); several, or one that differs from the charge → held
+// (done); none → ChargeLookupNone commits the key to call with (the next
+// generation when the key expired) and the attempt row, and the returned
+// claim calls Stripe.
+func (w *ChargePeriodWorker) lookUp(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, claimedAt time.Time, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
 	pis, err := chargePaymentIntents(ctx, w.stripe, claim.Charge)
 	if err != nil {
 		w.release(ctx, claim, logger)
@@ -211,13 +216,15 @@ func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Jo
 			w.release(ctx, claim, logger)
 			return nil, false, err
 		}
-		next, err := w.ledger.ChargeGenerationNext(ctx, claim, actor)
+		next, err := w.ledger.ChargeLookupNone(ctx, claim, actor)
 		if err != nil {
 			return nil, false, err
 		}
-		logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
-			slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
-		if err := w.crash(crashAfterNewKey); err != nil {
+		if claim.KeyExpired {
+			logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
+				slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
+		}
+		if err := w.crash(crashAfterLookup); err != nil {
 			return nil, false, err
 		}
 		return next, false, nil
@@ -233,12 +240,12 @@ func (w *ChargePeriodWorker) reconcileClaimed(ctx context.Context, job *river.Jo
 	if o.Class == ledger.OutcomeHeld {
 		level = slog.LevelError
 	}
-	logger.Log(ctx, level, "charge reconciled after the key window", slog.Int64("charge_id", charge.ID),
+	logger.Log(ctx, level, "charge found on Stripe before calling", slog.Int64("charge_id", charge.ID),
 		slog.String("status", charge.Status), slog.Int("payment_intents", len(pis)), slog.String("reason", o.ErrorMessage))
 	if charge.Terminal() || charge.Status == ledger.ChargeHeld || charge.Status == ledger.ChargeProcessing {
 		return nil, true, nil
 	}
-	return nil, true, fmt.Errorf("charge %d reconciled to %s", charge.ID, charge.Status)
+	return nil, true, fmt.Errorf("charge %d found on Stripe, now %s", charge.ID, charge.Status)
 }
 
 // recordTimeout bounds the transaction that records an outcome.

@@ -51,6 +51,13 @@ func (c *crashOnce) hook(point string) error {
 	return nil
 }
 
+// arm sets the crash point now, for a crash at a later pass of the path.
+func (c *crashOnce) arm(point string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.point, c.crashed = point, false
+}
+
 func (c *crashOnce) done() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -244,7 +251,28 @@ func TestChargePeriodWorker(t *testing.T) {
 		require.Len(t, pis, 1)
 		require.Equal(t, pis[0], *c.StripePaymentIntentID)
 		require.Equal(t, total, c.AmountCents)
+		require.Equal(t, []string{"succeeded"}, b.attempts(t, ctx, c.ID), "the dead run died before its look-up: no attempt")
+		require.Equal(t, 1, b.sim.Stats().Requests["GET /v1/payment_intents"]["ok"], "the retry looked at Stripe before calling")
+		b.waitJobsFinalized(t)
+	})
+
+	t.Run("CrashAfterLookupBeforeStripe", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterLookup})
+		b.customerWithEvents(t, ctx, "acme", 100, 250)
+		b.closeNow(t, ctx, "acme")
+		// The dead run found nothing on Stripe and committed its key and attempt.
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.LeaseOwner != nil })
+		require.NotNil(t, c.GenerationFirstAttemptedAt)
+		require.Empty(t, b.paymentIntents("cus_acme"))
+		b.expireLeases()
+
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+		require.Equal(t, 0, c.KeyGeneration)
 		require.Equal(t, []string{"", "succeeded"}, b.attempts(t, ctx, c.ID))
+		require.Equal(t, 1, b.sim.Stats().Requests["GET /v1/payment_intents"]["ok"],
+			"an attempt of the generation is on record: the retry calls with the same key, no second look-up")
 		b.waitJobsFinalized(t)
 	})
 

@@ -8,9 +8,9 @@ var ErrCrash = errCrash
 
 const (
 	CrashAfterClaim     = crashAfterClaim
+	CrashAfterLookup    = crashAfterLookup
 	CrashAfterStripe    = crashAfterStripe
 	CrashBeforeComplete = crashBeforeComplete
-	CrashAfterNewKey    = crashAfterNewKey
 )
 
 func SetCrashHook(c *WorkerConfig, hook func(point string) error) { c.crashHook = hook }

@@ -11,22 +11,21 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
-// reconcileLookback is how long before a charge's first attempt the search
-// for its PaymentIntents starts, covering clock skew between Tally and Stripe.
-const reconcileLookback = time.Hour
+// lookupLookback is how long before the charge's period began the search for
+// its PaymentIntents starts, covering clock skew between Tally and Stripe.
+const lookupLookback = time.Hour
 
 // chargePaymentIntents returns the PaymentIntents on Stripe that belong to
 // charge c: its Stripe customer's PaymentIntents created since the charge's
-// very first attempt (any key generation) minus reconcileLookback, every
-// page, matched by metadata.tally_charge_key — which stays the same across
-// key generations, so an earlier generation's PaymentIntent is never missed.
-// It lists; it never uses Stripe Search, which lags.
+// period began (minus lookupLookback), every page, matched by
+// metadata.tally_charge_key — which stays the same across key generations,
+// so an earlier generation's PaymentIntent is never missed. The bound is the
+// period's start, not the charge's first attempt in this database: that
+// record may have been lost (a restored backup, a lossy failover) and the
+// charge created again later. It lists; it never uses Stripe Search, which
+// lags.
 func chargePaymentIntents(ctx context.Context, s Stripe, c *ledger.Charge) ([]*stripe.PaymentIntent, error) {
-	since := c.CreatedAt
-	if c.FirstAttemptedAt != nil {
-		since = *c.FirstAttemptedAt
-	}
-	all, err := s.PaymentIntentList(ctx, c.StripeCustomerID, since.Add(-reconcileLookback))
+	all, err := s.PaymentIntentList(ctx, c.StripeCustomerID, c.PeriodStartsAt.Add(-lookupLookback))
 	if err != nil {
 		return nil, err
 	}

@@ -58,11 +58,12 @@ func TestKeyWindowReconciliation(t *testing.T) {
 
 	t.Run("CrashAfterNewKeyBeforeStripe", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterNewKey})
+		ctx, b := setup(t, setupOpts{})
 		b.customerWithEvents(t, ctx, "acme", 300)
 		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
 		b.closeNow(t, ctx, "acme")
 		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
+		b.crash.arm(jobs.CrashAfterLookup)
 		b.pastKeyWindow()
 		// The run dies with the next generation committed and its lease held.
 		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.KeyGeneration == 1 })

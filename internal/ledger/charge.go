@@ -76,6 +76,15 @@ type Charge struct {
 	LastAttemptedAt            *time.Time
 	CreatedAt                  time.Time
 	UpdatedAt                  time.Time
+
+	// PeriodStartsAt is when the charge's period began: a look-up at Stripe
+	// lists the customer's PaymentIntents created since then.
+	PeriodStartsAt time.Time
+
+	// LookupRequired is set after Tally's record may have been lost (a
+	// restore, a lossy failover; billingctl recover): the next call of the
+	// charge first looks for its PaymentIntents on Stripe.
+	LookupRequired bool
 }
 
 // Terminal reports whether the charge's status is terminal.
@@ -85,7 +94,8 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key, key_generation,
        stripe_payment_intent_id, stripe_charge_id, failure_code, failure_message, held_reason,
        resolved_by, lease_owner, lease_expires_at, attempt_count, first_attempted_at,
-       generation_first_attempted_at, last_attempted_at, created_at, updated_at`
+       generation_first_attempted_at, last_attempted_at, created_at, updated_at,
+       period_starts_at, lookup_required`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -93,7 +103,8 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.StripeCustomerID, &c.StripePaymentMethodID, &c.ChargeKey, &c.IdempotencyKey, &c.KeyGeneration,
 		&c.StripePaymentIntentID, &c.StripeChargeID, &c.FailureCode, &c.FailureMessage, &c.HeldReason,
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
-		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt)
+		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
+		&c.PeriodStartsAt, &c.LookupRequired)
 	if err != nil {
 		return nil, err
 	}

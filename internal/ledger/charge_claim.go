@@ -36,29 +36,38 @@ type ChargeClaimParams struct {
 	JobAttempt int
 }
 
-// Claim is a claimed charge. Unless Reconcile is set, AttemptID is the
-// attempt row of the Stripe call the claimant is about to make with
+// Claim is a claimed charge. Unless Lookup is set, AttemptID is the attempt
+// row of the Stripe call the claimant is about to make with
 // Charge.IdempotencyKey.
 type Claim struct {
 	Charge    *Charge
 	AttemptID int64
 	Owner     string
 
-	// Reconcile is set when the current key generation's first attempt is
-	// older than the Stripe key window: Stripe may have forgotten the key, so
-	// the claimant must look for the charge's PaymentIntents before any call
-	// (money path step 3), then adopt one or call ChargeGenerationNext.
-	Reconcile bool
+	// Lookup is set when the claimant must look for the charge's
+	// PaymentIntents on Stripe before any call (money path step 3), because
+	// this database cannot prove that Stripe never saw the charge or still
+	// knows its key: it holds no attempt of the current key generation (its
+	// record may have been lost to a restore or a lossy failover), an
+	// operator marked the charge after such a loss (LookupRequired), or the
+	// key window passed (KeyExpired). The claimant adopts what it finds, or
+	// calls ChargeLookupNone before calling Stripe.
+	Lookup bool
+
+	// KeyExpired is set, with Lookup, when the current key generation's first
+	// attempt is older than the Stripe key window: Stripe may have forgotten
+	// the key, so a look-up that finds nothing moves to the next generation.
+	KeyExpired bool
 
 	params ChargeClaimParams
 }
 
 // ChargeClaim is step 2 of the money path. In one transaction it takes the
 // charge's lease if the charge is pending or unknown and the lease is free or
-// expired, counts the attempt and sets first_attempted_at once. Within the key
-// window it also appends the attempt row of the coming Stripe call and marks
-// the first use of the key generation; past the window it sets
-// Claim.Reconcile instead. It commits before the caller calls Stripe.
+// expired, counts the attempt and sets first_attempted_at once. When the
+// charge needs a look-up at Stripe first (see Claim.Lookup) it sets
+// Claim.Lookup and writes nothing more; otherwise it appends the attempt row
+// of the coming Stripe call. It commits before the caller calls Stripe.
 //
 // It returns (nil, nil) when the charge is in any other status (terminal,
 // held, processing): there is nothing to do. It returns a *LeaseHeldError
@@ -94,8 +103,10 @@ RETURNING `+chargeColumns, p.ChargeID, p.Owner, now.Add(p.LeaseTTL), now))
 			return fmt.Errorf("error taking lease: %w", err)
 		}
 		claim = &Claim{Charge: c, Owner: p.Owner, params: p}
-		if gen := c.GenerationFirstAttemptedAt; gen != nil && now.Sub(*gen) >= l.config.StripeKeyWindow {
-			claim.Reconcile = true
+		gen := c.GenerationFirstAttemptedAt
+		claim.KeyExpired = gen != nil && now.Sub(*gen) >= l.config.StripeKeyWindow
+		claim.Lookup = gen == nil || c.LookupRequired || claim.KeyExpired
+		if claim.Lookup {
 			return nil
 		}
 		return attemptStartTx(ctx, tx, now, claim)
@@ -134,51 +145,6 @@ UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.
 		c.GenerationFirstAttemptedAt = &now
 	}
 	return nil
-}
-
-// ChargeGenerationNext moves a claimed charge to its next key generation,
-// after reconciliation found no PaymentIntent for it on Stripe: the
-// generation count, a new idempotency key and a fresh key window, and the
-// attempt row of the coming call, in one committed transaction. It returns
-// ErrLeaseLost when the claim's lease was taken over.
-func (l *Ledger) ChargeGenerationNext(ctx context.Context, claim *Claim, actor string) (*Claim, error) {
-	var next *Claim
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		// Everything derives from the claim as it was, so a retried
-		// transaction computes the same generation and key.
-		now := l.now()
-		gen := claim.Charge.KeyGeneration + 1
-		from := claim.Charge.Status
-		c, err := scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges
-SET status = 'pending',
-    key_generation = $3,
-    idempotency_key = $4,
-    generation_first_attempted_at = NULL,
-    updated_at = $5
-WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_generation = $3 - 1
-RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
-			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, gen), now))
-		if err == pgx.ErrNoRows {
-			return ErrLeaseLost
-		}
-		if err != nil {
-			return fmt.Errorf("error starting key generation: %w", err)
-		}
-		if err := transitionTx(ctx, tx, now, c.ID, &from, c.Status, actor,
-			fmt.Sprintf("key generation %d: reconciliation found no PaymentIntent after the key window", gen)); err != nil {
-			return err
-		}
-		next = &Claim{Charge: c, Owner: claim.Owner, params: claim.params}
-		return attemptStartTx(ctx, tx, now, next)
-	})
-	if errors.Is(err, ErrLeaseLost) {
-		return nil, ErrLeaseLost
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error moving charge %d to its next key generation: %w", claim.Charge.ID, err)
-	}
-	return next, nil
 }
 
 // ChargeRelease gives up a claim's lease without an outcome, so the next run

@@ -85,15 +85,16 @@ func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, now tim
 	var currency, stripeCustomer string
 	var paymentMethod *string
 	var maxCharge *int64
+	var startsAt time.Time
 	err := tx.QueryRow(ctx, `
-SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.currency,
+SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.currency, p.starts_at,
        c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents
 FROM billing.periods p
 JOIN billing.customers c ON c.customer_id = p.customer_id
 LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
 WHERE p.customer_id = $1 AND p.period = $2
-GROUP BY p.currency, c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents`,
-		p.CustomerID, p.Period).Scan(&count, &total, &currency, &stripeCustomer, &paymentMethod, &maxCharge)
+GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents`,
+		p.CustomerID, p.Period).Scan(&count, &total, &currency, &startsAt, &stripeCustomer, &paymentMethod, &maxCharge)
 	if err != nil {
 		return nil, fmt.Errorf("error summing period: %w", err)
 	}
@@ -110,11 +111,11 @@ GROUP BY p.currency, c.stripe_customer_id, c.stripe_payment_method_id, c.max_cha
 	charge, err := scanCharge(tx.QueryRow(ctx, `
 INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count,
                              stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key,
-                             held_reason, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+                             held_reason, period_starts_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
 RETURNING `+chargeColumns,
 		p.CustomerID, p.Period, status, total, currency, count, stripeCustomer, paymentMethod,
-		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), heldReason, now))
+		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), heldReason, startsAt, now))
 	if err != nil {
 		return nil, fmt.Errorf("error creating charge: %w", err)
 	}

@@ -169,12 +169,11 @@ func TestChargeClaim(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
 
-		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
-		require.NoError(t, err)
+		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
 		require.Equal(t, 1, claim.Charge.AttemptCount)
 		require.Equal(t, b.Clock.Now(), *claim.Charge.FirstAttemptedAt)
 
-		_, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		_, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		var held *ledger.LeaseHeldError
 		require.ErrorAs(t, err, &held)
 		require.Equal(t, "a", held.Owner)
@@ -182,6 +181,8 @@ func TestChargeClaim(t *testing.T) {
 		b.Clock.Advance(time.Minute + time.Second)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
+		require.False(t, claim.Lookup, "an attempt of the generation is on record, within the key window")
+		require.NotZero(t, claim.AttemptID)
 		require.Equal(t, 2, claim.Charge.AttemptCount)
 		require.Equal(t, ledgertest.ClockStart, *claim.Charge.FirstAttemptedAt, "set once")
 		require.Equal(t, int64(2), b.Count(t, "SELECT count(*) FROM billing.charge_attempts"))
@@ -219,9 +220,8 @@ func TestChargeClaim(t *testing.T) {
 	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
-		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
-		require.NoError(t, err)
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
 		require.NoError(t, err)
 		for _, stmt := range []string{
 			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
@@ -318,37 +318,137 @@ func TestChargeResolve(t *testing.T) {
 	})
 }
 
-func TestChargeGenerationNext(t *testing.T) {
+// claimToCall claims a charge as a worker about to call Stripe does: when the
+// claim needs a look-up, as if the look-up found no PaymentIntent.
+func (b *testBundle) claimToCall(t *testing.T, ctx context.Context, p ledger.ChargeClaimParams) *ledger.Claim {
+	t.Helper()
+	claim, err := b.Ledger.ChargeClaim(ctx, p)
+	require.NoError(t, err)
+	if claim.Lookup {
+		claim, err = b.Ledger.ChargeLookupNone(ctx, claim, p.Owner)
+		require.NoError(t, err)
+	}
+	return claim
+}
+
+func TestChargeLookup(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
-	_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-	require.NoError(t, err)
-	c := b.close(t, ctx)
-	params := ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "a", LeaseTTL: time.Minute}
-	claim, err := b.Ledger.ChargeClaim(ctx, params)
-	require.NoError(t, err)
-	_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
-	require.NoError(t, err)
 
-	// A day later the key window has passed: the claim must reconcile first.
-	b.Clock.Advance(24 * time.Hour)
-	claim, err = b.Ledger.ChargeClaim(ctx, params)
-	require.NoError(t, err)
-	require.True(t, claim.Reconcile)
-	require.Zero(t, claim.AttemptID, "no attempt before reconciling")
+	params := func(c *ledger.Charge, owner string) ledger.ChargeClaimParams {
+		return ledger.ChargeClaimParams{ChargeID: c.ID, Owner: owner, LeaseTTL: time.Minute}
+	}
 
-	next, err := b.Ledger.ChargeGenerationNext(ctx, claim, "a")
-	require.NoError(t, err)
-	require.Equal(t, 1, next.Charge.KeyGeneration)
-	require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), next.Charge.IdempotencyKey)
-	require.Equal(t, ledger.ChargePending, next.Charge.Status, "unknown → pending with the next key")
-	require.NotZero(t, next.AttemptID)
-	require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "a fresh window")
+	t.Run("FirstCallOfGenerationLooksUpFirst", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		require.Equal(t, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), c.PeriodStartsAt.UTC())
 
-	// The payment method is no longer snapshotted once Stripe was called.
-	c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_late")
-	require.NoError(t, err)
-	require.Nil(t, c.StripePaymentMethodID)
+		claim, err := b.Ledger.ChargeClaim(ctx, params(c, "a"))
+		require.NoError(t, err)
+		require.True(t, claim.Lookup, "this database holds no attempt of generation 0")
+		require.False(t, claim.KeyExpired)
+		require.Zero(t, claim.AttemptID, "no attempt before the look-up")
+		require.Nil(t, claim.Charge.GenerationFirstAttemptedAt)
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
+
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		require.NoError(t, err)
+		require.Equal(t, 0, next.Charge.KeyGeneration)
+		require.Equal(t, c.IdempotencyKey, next.Charge.IdempotencyKey)
+		require.NotZero(t, next.AttemptID)
+		require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "the key's first use")
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
+
+		// The retry after an unknown outcome reuses the key without a look-up.
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, next, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		require.NoError(t, err)
+		claim, err = b.Ledger.ChargeClaim(ctx, params(c, "b"))
+		require.NoError(t, err)
+		require.False(t, claim.Lookup)
+		require.NotZero(t, claim.AttemptID)
+	})
+
+	t.Run("KeyWindowPassedMovesToNextGeneration", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, params(c, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		require.NoError(t, err)
+
+		// A day later the key window has passed: the claim must look first.
+		b.Clock.Advance(24 * time.Hour)
+		claim, err = b.Ledger.ChargeClaim(ctx, params(c, "a"))
+		require.NoError(t, err)
+		require.True(t, claim.Lookup)
+		require.True(t, claim.KeyExpired)
+		require.Zero(t, claim.AttemptID, "no attempt before the look-up")
+
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		require.NoError(t, err)
+		require.Equal(t, 1, next.Charge.KeyGeneration)
+		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), next.Charge.IdempotencyKey)
+		require.Equal(t, ledger.ChargePending, next.Charge.Status, "unknown → pending with the next key")
+		require.NotZero(t, next.AttemptID)
+		require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "a fresh window")
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'key generation 1:%'`, c.ID))
+
+		// The payment method is no longer snapshotted once Stripe was called.
+		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_late")
+		require.NoError(t, err)
+		require.Nil(t, c.StripePaymentMethodID)
+	})
+
+	t.Run("LostLeaseCannotProceed", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		stale, err := b.Ledger.ChargeClaim(ctx, params(c, "a"))
+		require.NoError(t, err)
+		b.Clock.Advance(2 * time.Minute)
+		fresh := b.claimToCall(t, ctx, params(c, "b"))
+		require.NotZero(t, fresh.AttemptID)
+
+		_, err = b.Ledger.ChargeLookupNone(ctx, stale, "a")
+		require.ErrorIs(t, err, ledger.ErrLeaseLost)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
+	})
+
+	t.Run("MarkMakesTheNextCallLookUp", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, params(c, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		require.NoError(t, err)
+
+		// After a restore, an operator marks every charge that may still call.
+		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restored from last night's backup")
+		require.NoError(t, err)
+		require.Len(t, marked, 1)
+		require.True(t, marked[0].LookupRequired)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions
+WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND actor = 'operator:test'
+  AND reason LIKE 'marked for a look-up%restored from last night''s backup'`, c.ID))
+
+		claim, err = b.Ledger.ChargeClaim(ctx, params(c, "a"))
+		require.NoError(t, err)
+		require.True(t, claim.Lookup, "an attempt is on record, but the record may be incomplete")
+		require.False(t, claim.KeyExpired)
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		require.NoError(t, err)
+		require.False(t, next.Charge.LookupRequired)
+		require.Equal(t, 0, next.Charge.KeyGeneration, "within the window the key stays")
+		require.Equal(t, *claim.Charge.GenerationFirstAttemptedAt, *next.Charge.GenerationFirstAttemptedAt, "the key's first use stays")
+	})
+
+	t.Run("MarkLeavesSettledChargesAlone", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, params(c, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "a", nil)
+		require.NoError(t, err)
+		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
+		require.NoError(t, err)
+		require.Empty(t, marked)
+	})
 }
 
 func TestChargeListStale(t *testing.T) {

@@ -17,6 +17,9 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -207,4 +210,47 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Dump writes a pg_dump (custom format) of the database at url into a file
+// under t's temporary directory and returns its path: a backup, as an
+// operator takes one, for restore drills.
+func Dump(t testing.TB, url string) string {
+	t.Helper()
+	path := t.TempDir() + "/backup.dump"
+	runPGTool(t, "pg_dump", "--format=custom", "--file="+path, "--dbname="+url)
+	return path
+}
+
+// Restore restores a Dump into a new database, dropped when t ends, and
+// returns a pool connected to it with its connection string: the database
+// as an operator's restore would leave it.
+func Restore(t testing.TB, dumpPath string) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := createDatabase(t, "tally_r_"+randomHex(8), "")
+	runPGTool(t, "pg_restore", "--exit-on-error", "--no-owner", "--dbname="+url, dumpPath)
+	pool, err := ledger.Connect(context.Background(), url, "tally-test", 0)
+	if err != nil {
+		t.Fatalf("error connecting to restored database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, url
+}
+
+// runPGTool runs a Postgres client tool (pg_dump, pg_restore) from PATH or
+// the newest server installation, failing t with its output on error.
+func runPGTool(t testing.TB, tool string, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath(tool)
+	if err != nil {
+		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + tool)
+		if len(dirs) == 0 {
+			t.Fatalf("%s not found on PATH nor under /usr/lib/postgresql (scripts/ensure-postgres.sh installs it)", tool)
+		}
+		slices.Sort(dirs)
+		bin = dirs[len(dirs)-1]
+	}
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", tool, err, out)
+	}
 }

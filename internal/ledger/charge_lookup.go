@@ -1,0 +1,118 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tally's own record of its Stripe calls can be lost: a restored backup, a
+// failover that drops the last commits. A charge's key is therefore trusted
+// only where this database holds an attempt of its generation within the key
+// window; otherwise the claimant looks for the charge's PaymentIntents on
+// Stripe first (Claim.Lookup), and records here that it found none.
+
+// ChargeLookupNone records that the look-up of a claim (Claim.Lookup) found
+// no PaymentIntent of the charge on Stripe, and readies the call, in one
+// committed transaction: when the key expired, the next key generation (its
+// count, a new idempotency key, a fresh key window, the transition logged);
+// in every case the LookupRequired mark cleared, the first use of the key
+// marked and the attempt row of the coming call appended. From then on this
+// database holds an attempt of the generation, so a retry with the same key
+// needs no new look-up until the key window passes.
+//
+// It returns the claim to call Stripe with, or ErrLeaseLost when the lease was
+// taken over or the charge moved on meanwhile (settled by a webhook, another
+// generation).
+func (l *Ledger) ChargeLookupNone(ctx context.Context, claim *Claim, actor string) (*Claim, error) {
+	var next *Claim
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		// Everything derives from the claim as it was, so a retried
+		// transaction computes the same generation and key.
+		now := l.now()
+		from := claim.Charge.Status
+		gen := claim.Charge.KeyGeneration
+		if claim.KeyExpired {
+			gen++
+		}
+		c, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET status = CASE WHEN $5 THEN 'pending' ELSE status END,
+    key_generation = $3,
+    idempotency_key = $4,
+    generation_first_attempted_at = CASE WHEN $5 THEN NULL ELSE generation_first_attempted_at END,
+    lookup_required = false,
+    updated_at = $6
+WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_generation = $7
+RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
+			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, gen), claim.KeyExpired, now,
+			claim.Charge.KeyGeneration))
+		if err == pgx.ErrNoRows {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return fmt.Errorf("error readying call after look-up: %w", err)
+		}
+		if claim.KeyExpired {
+			if err := transitionTx(ctx, tx, now, c.ID, &from, c.Status, actor,
+				fmt.Sprintf("key generation %d: no PaymentIntent on Stripe after the key window", gen)); err != nil {
+				return err
+			}
+		}
+		next = &Claim{Charge: c, Owner: claim.Owner, params: claim.params}
+		return attemptStartTx(ctx, tx, now, next)
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error recording look-up of charge %d: %w", claim.Charge.ID, err)
+	}
+	return next, nil
+}
+
+// lookupMarkStatuses are the statuses from which a charge may still call
+// Stripe, and so are marked by ChargeLookupMark.
+var lookupMarkStatuses = []string{ChargePending, ChargeUnknown, ChargeHeld}
+
+// ChargeLookupMark marks every charge that may still call Stripe (pending,
+// unknown, held) for a look-up at Stripe before its next call, and logs a
+// transition (status unchanged) with actor and reason for each; it is what an
+// operator runs after a restore or a lossy failover, when the attempts this
+// database holds may not be all that Stripe saw. It commits, and returns the
+// charges it marked.
+func (l *Ledger) ChargeLookupMark(ctx context.Context, actor, reason string) ([]*Charge, error) {
+	var marked []*Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		rows, err := tx.Query(ctx, `
+UPDATE billing.charges SET lookup_required = true, updated_at = $2
+WHERE status = ANY($1)
+RETURNING `+chargeColumns, lookupMarkStatuses, now)
+		if err != nil {
+			return err
+		}
+		if marked, err = collectCharges(rows); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
+SELECT id, status, status, $2, $3, $4 FROM billing.charges WHERE id = ANY($1)`,
+			chargeIDs(marked), actor, "marked for a look-up at Stripe before its next call: "+reason, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error marking charges for a look-up at Stripe: %w", err)
+	}
+	return marked, nil
+}
+
+func chargeIDs(charges []*Charge) []int64 {
+	ids := make([]int64, len(charges))
+	for i, c := range charges {
+		ids[i] = c.ID
+	}
+	return ids
+}
