@@ -6,6 +6,9 @@
 //	billingctl redrive [--customer C] [--period P] [--job ID] [--kind K] [--dry-run]
 //	                                                    retry discarded charge and webhook jobs
 //	billingctl reconcile --customer C --period P        settle one charge from Stripe now
+//	billingctl recover --reason R [--dry-run]           after a restore or a lossy failover: mark every
+//	                                                    charge that may still call Stripe for a look-up
+//	                                                    first, reconcile every unconfirmed charge, report
 //
 // The database comes from DATABASE_URL.
 package main
@@ -37,6 +40,7 @@ const usage = `usage:
   billingctl apikey revoke PREFIX|NAME
   billingctl redrive [--customer C] [--period P] [--job ID] [--kind charge_period|stripe_event] [--dry-run]
   billingctl reconcile --customer C --period P   (needs STRIPE_API_KEY, STRIPE_API_BASE)
+  billingctl recover --reason "restored the 03:00 backup" [--dry-run]   (needs STRIPE_API_KEY)
 scopes: usage:write, customers:write, billing:read, admin
 database: DATABASE_URL`
 
@@ -72,6 +76,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return redrive(ctx, client, args[1:], stdout, stderr)
 	case "reconcile":
 		return reconcile(ctx, l, getenv, args[1:], stdout, stderr)
+	case "recover":
+		return recoverAfterLoss(ctx, l, getenv, args[1:], stdout, stderr)
 	case "apikey":
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)

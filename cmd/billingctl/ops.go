@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
@@ -63,19 +66,10 @@ func reconcile(ctx context.Context, l *ledger.Ledger, getenv func(string) string
 	if *customer == "" || *period == "" {
 		return errors.New("--customer and --period are required")
 	}
-	key := getenv("STRIPE_API_KEY")
-	if key == "" {
-		return errors.New("STRIPE_API_KEY is required (and STRIPE_API_BASE for the simulator)")
+	stripe, err := stripeFromEnv(getenv)
+	if err != nil {
+		return err
 	}
-	timeout := 30 * time.Second
-	if v := getenv("STRIPE_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("STRIPE_TIMEOUT: %w", err)
-		}
-		timeout = d
-	}
-	stripe := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: key, BaseURL: getenv("STRIPE_API_BASE"), Timeout: timeout})
 	c, err := l.ChargeGetByPeriod(ctx, *customer, *period)
 	if err != nil {
 		return err
@@ -85,9 +79,101 @@ func reconcile(ctx context.Context, l *ledger.Ledger, getenv func(string) string
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "charge %d %s/%s: %s → %s (%s); PaymentIntents on Stripe: %s\n", res.Charge.ID, *customer, *period,
-		before, res.Charge.Status, res.Action, strings.Join(append([]string{}, res.PaymentIntents...), ", "))
+	fmt.Fprintf(stdout, "charge %d %s/%s: %s → %s (%s); on Stripe: %s\n", res.Charge.ID, *customer, *period,
+		before, res.Charge.Status, res.Action, paymentIntentsSummary(res.PaymentIntents))
 	return nil
+}
+
+// recoverAfterLoss is billingctl recover: after a restore or a lossy
+// failover, mark every charge that may still call Stripe for a look-up first,
+// and reconcile every charge not settled in Stripe-confirmed terms.
+func recoverAfterLoss(ctx context.Context, l *ledger.Ledger, getenv func(string) string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	reason := fs.String("reason", "", "what was lost, for the audit log (required unless --dry-run), such as \"restored the 03:00 backup\"")
+	dryRun := fs.Bool("dry-run", false, "look at Stripe and report; mark and change nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *reason == "" && !*dryRun {
+		return errors.New("--reason is required: say what was lost, such as --reason \"restored the 03:00 backup\"")
+	}
+	stripe, err := stripeFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	items, err := jobs.Recover(ctx, l, stripe, jobs.RecoverParams{Actor: "operator:billingctl", Reason: *reason, DryRun: *dryRun})
+	counts := map[string]int{}
+	marked, failed := 0, 0
+	for _, it := range items {
+		c := it.Charge
+		mark := ""
+		if it.Marked {
+			mark = "; marked: its next call looks at Stripe first"
+			marked++
+		}
+		if it.Err != nil {
+			failed++
+			fmt.Fprintf(stdout, "charge %d %s/%s: %s: ERROR %s%s\n", c.ID, c.CustomerID, c.Period, it.Before, oneLine(it.Err.Error()), mark)
+			continue
+		}
+		counts[it.Action]++
+		if c.Status == ledger.ChargeHeld && c.HeldReason != nil {
+			mark = "; ALERT held: " + oneLine(*c.HeldReason) + mark
+		}
+		fmt.Fprintf(stdout, "charge %d %s/%s: %s → %s (%s); on Stripe: %s%s\n", c.ID, c.CustomerID, c.Period,
+			it.Before, c.Status, it.Action, paymentIntentsSummary(it.PaymentIntents), mark)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "looked at %d charges on Stripe; marked %d for a look-up before their next call; %s\n",
+		len(items), marked, countsSummary(counts))
+	if failed > 0 {
+		return fmt.Errorf("%d charges could not be reconciled (see ERROR lines); run recover again", failed)
+	}
+	return nil
+}
+
+// stripeFromEnv returns the Stripe client that STRIPE_API_KEY,
+// STRIPE_API_BASE and STRIPE_TIMEOUT describe.
+func stripeFromEnv(getenv func(string) string) (*jobs.StripeAPI, error) {
+	key := getenv("STRIPE_API_KEY")
+	if key == "" {
+		return nil, errors.New("STRIPE_API_KEY is required (and STRIPE_API_BASE for the simulator)")
+	}
+	timeout := jobs.StripeTimeoutDefault
+	if v := getenv("STRIPE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("STRIPE_TIMEOUT: %w", err)
+		}
+		timeout = d
+	}
+	return jobs.NewStripeAPI(jobs.StripeConfig{APIKey: key, BaseURL: getenv("STRIPE_API_BASE"), Timeout: timeout}), nil
+}
+
+func paymentIntentsSummary(pis []*stripe.PaymentIntent) string {
+	if len(pis) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(pis))
+	for i, pi := range pis {
+		parts[i] = jobs.PaymentIntentSummary(pi)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func countsSummary(counts map[string]int) string {
+	keys := slices.Sorted(maps.Keys(counts))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, counts[k])
+	}
+	if len(parts) == 0 {
+		return "nothing to do"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

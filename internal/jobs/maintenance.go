@@ -78,7 +78,7 @@ func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeR
 		counts[res.Action]++
 		if res.Action == "resolved" {
 			w.logger.InfoContext(ctx, "reconciler settled charge", slog.Int64("charge_id", c.ID),
-				slog.String("status", res.Charge.Status), slog.Any("payment_intents", res.PaymentIntents))
+				slog.String("status", res.Charge.Status), slog.Any("payment_intents", paymentIntentIDs(res.PaymentIntents)))
 		}
 	}
 	if len(charges) > 0 {

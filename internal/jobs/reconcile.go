@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,10 +61,7 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.O
 		o.ResolvedBy = "reconcile"
 		return o, true
 	}
-	ids := make([]string, len(pis))
-	for i, pi := range pis {
-		ids[i] = pi.ID
-	}
+	ids := paymentIntentIDs(pis)
 	return ledger.Outcome{
 		Class:     ledger.OutcomeHeld,
 		ErrorType: "double_charge",
@@ -77,49 +75,46 @@ type ReconcileResult struct {
 	Charge *ledger.Charge
 
 	// Action is resolved (the charge took Stripe's outcome), unchanged
-	// (Stripe agrees or has nothing final yet), requeued (no PaymentIntent:
-	// the charge job was made to run now) or skipped (a live worker holds it,
-	// or it is settled).
+	// (Stripe agrees, has nothing final yet, or has nothing for a charge that
+	// no longer calls), requeued (no PaymentIntent: the charge job was made to
+	// run now) or skipped (a live worker holds it, or it is settled).
 	Action string
 
 	// PaymentIntents are the charge's PaymentIntents found on Stripe.
-	PaymentIntents []string
+	PaymentIntents []*stripe.PaymentIntent
 }
 
-// ReconcileCharge brings one unsettled charge in line with Stripe: by its
-// PaymentIntent when the ledger knows it, else by listing the customer's
-// PaymentIntents for the charge's key. One found → the charge takes its
-// outcome; several → held; none → the charge job is made to run now, to
-// retry with its key (or, past the key window, reconcile and move to the
-// next key generation under its lease). It is safe to run at any time, from
-// any number of processes: every write is monotonic.
+// reconcileStatuses are the statuses ReconcileCharge looks at: every one not
+// settled in Stripe-confirmed terms. A failed charge's PaymentIntent may yet
+// succeed (the customer authenticates on-session); a held one's may exist.
+var reconcileStatuses = []string{ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing, ledger.ChargeHeld, ledger.ChargeFailed}
+
+// ReconcileCharge brings one charge that is not settled in Stripe-confirmed
+// terms (see reconcileStatuses) in line with Stripe: by its PaymentIntent when
+// the ledger knows it, else by listing the customer's PaymentIntents for the
+// charge's key. One found → the charge takes its outcome where the status
+// machine allows it (a held double charge stays held; a failed charge takes
+// only the success of its own PaymentIntent); several → held; none → a pending
+// or unknown charge's job is made to run now, to call with its key after its
+// own look-up, and any other charge is left as it is. It is safe to run at any
+// time, from any number of processes: every write is monotonic.
 func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.Charge) (*ReconcileResult, error) {
 	res := &ReconcileResult{Charge: c, Action: "skipped"}
-	switch c.Status {
-	case ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing:
-	default:
+	if !slices.Contains(reconcileStatuses, c.Status) {
 		return res, nil
 	}
-
-	var pis []*stripe.PaymentIntent
-	if c.StripePaymentIntentID != nil {
-		pi, err := s.PaymentIntentGet(ctx, *c.StripePaymentIntentID)
-		if err != nil {
-			return nil, fmt.Errorf("error retrieving PaymentIntent %s: %w", *c.StripePaymentIntentID, err)
-		}
-		pis = []*stripe.PaymentIntent{pi}
-	} else {
-		var err error
-		if pis, err = chargePaymentIntents(ctx, s, c); err != nil {
-			return nil, err
-		}
+	pis, err := chargeStripeFind(ctx, s, c)
+	if err != nil {
+		return nil, err
 	}
-	for _, pi := range pis {
-		res.PaymentIntents = append(res.PaymentIntents, pi.ID)
-	}
+	res.PaymentIntents = pis
 
 	o, found := reconcileOutcome(c, pis)
 	if !found {
+		if c.Status != ledger.ChargePending && c.Status != ledger.ChargeUnknown {
+			res.Action = "unchanged"
+			return res, nil
+		}
 		if c.LeaseOwner != nil && c.LeaseExpiresAt != nil && c.LeaseExpiresAt.After(l.Now()) {
 			return res, nil // a live worker is on it
 		}
@@ -138,6 +133,27 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 		res.Action = "resolved"
 	}
 	return res, nil
+}
+
+// chargeStripeFind returns what Stripe has of charge c: its PaymentIntent
+// when the ledger knows it, else the PaymentIntents carrying its key.
+func chargeStripeFind(ctx context.Context, s Stripe, c *ledger.Charge) ([]*stripe.PaymentIntent, error) {
+	if c.StripePaymentIntentID == nil {
+		return chargePaymentIntents(ctx, s, c)
+	}
+	pi, err := s.PaymentIntentGet(ctx, *c.StripePaymentIntentID)
+	if err != nil {
+		return nil, fmt.Errorf("error retrieving PaymentIntent %s: %w", *c.StripePaymentIntentID, err)
+	}
+	return []*stripe.PaymentIntent{pi}, nil
+}
+
+func paymentIntentIDs(pis []*stripe.PaymentIntent) []string {
+	ids := make([]string, len(pis))
+	for i, pi := range pis {
+		ids[i] = pi.ID
+	}
+	return ids
 }
 
 func customerOf(pi *stripe.PaymentIntent) string {

@@ -150,7 +150,8 @@ func TestReconcileCharge(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "resolved", res.Action)
 		require.Equal(t, ledger.ChargeSucceeded, res.Charge.Status)
-		require.Equal(t, b.paymentIntents("cus_acme"), res.PaymentIntents)
+		require.Len(t, res.PaymentIntents, 1)
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{res.PaymentIntents[0].ID})
 
 		res, err = jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, res.Charge)
 		require.NoError(t, err)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/tally-billing/tally/internal/jobs"
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/testdb"
+)
+
+// TestRecover restores nothing itself: it builds the state a restore leaves
+// (charges that look never attempted, whose PaymentIntents Stripe has) and
+// checks what billingctl recover reports and changes.
+func TestRecover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, url := testdb.New(t)
+	client, err := jobs.NewInsertClient(pool, nil)
+	require.NoError(t, err)
+	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
+	require.NoError(t, err)
+	sim := stripesim.New(stripesim.Config{})
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	env := func(k string) string {
+		return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}[k]
+	}
+	s := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: "sk_test_recover", BaseURL: srv.URL})
+
+	// Closed, pending charges: "paid" was charged before the restore and
+	// Stripe has its PaymentIntent; "twice" has two; "fresh" has none.
+	charges := map[string]*ledger.Charge{}
+	for _, id := range []string{"paid", "twice", "fresh"} {
+		_, _, err := l.CustomerPut(ctx, ledger.CustomerPutParams{ID: id, StripeCustomerID: "cus_" + id, Currency: "usd"})
+		require.NoError(t, err)
+		_, err = l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: id, EventID: "e1", AmountCents: 900})
+		require.NoError(t, err)
+		p, err := l.PeriodList(ctx, id)
+		require.NoError(t, err)
+		charges[id], err = l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: id, Period: p[0].Period, Actor: "test"})
+		require.NoError(t, err)
+	}
+	lost := func(c *ledger.Charge) *stripe.PaymentIntent {
+		params := &stripe.PaymentIntentParams{Amount: stripe.Int64(c.AmountCents), Currency: stripe.String(c.Currency),
+			Customer: stripe.String(c.StripeCustomerID), PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+		params.AddMetadata("tally_charge_key", c.ChargeKey)
+		pi, err := s.PaymentIntentCreate(ctx, params)
+		require.NoError(t, err)
+		return pi
+	}
+	paid := lost(charges["paid"])
+	lost(charges["twice"])
+	lost(charges["twice"])
+
+	billingctl := func(args ...string) (string, string, error) {
+		var stdout, stderr strings.Builder
+		err := run(ctx, args, env, &stdout, &stderr)
+		return stdout.String(), stderr.String(), err
+	}
+
+	t.Run("DryRunReportsAndChangesNothing", func(t *testing.T) {
+		stdout, stderr, err := billingctl("recover", "--dry-run")
+		require.NoError(t, err, stderr)
+		require.Contains(t, stdout, "paid/"+charges["paid"].Period+": pending → pending (would resolve); on Stripe: "+paid.ID+" succeeded 900 usd")
+		require.Contains(t, stdout, "(would hold)")
+		require.Contains(t, stdout, "fresh/"+charges["fresh"].Period+": pending → pending (none found); on Stripe: nothing")
+		require.Contains(t, stderr, "looked at 3 charges on Stripe; marked 0")
+		for _, c := range charges {
+			got, err := l.ChargeGet(ctx, c.ID)
+			require.NoError(t, err)
+			require.Equal(t, ledger.ChargePending, got.Status)
+			require.False(t, got.LookupRequired)
+		}
+	})
+
+	t.Run("RequiresAReason", func(t *testing.T) {
+		_, _, err := billingctl("recover")
+		require.ErrorContains(t, err, "--reason is required")
+	})
+
+	t.Run("MarksAdoptsAndHolds", func(t *testing.T) {
+		stdout, stderr, err := billingctl("recover", "--reason", "restored the 03:00 backup")
+		require.NoError(t, err, stderr)
+		t.Logf("billingctl recover:\n%s%s", stdout, stderr)
+		require.Contains(t, stdout, "pending → succeeded (resolved); on Stripe: "+paid.ID)
+		require.Contains(t, stderr, "looked at 3 charges on Stripe; marked 3 for a look-up before their next call")
+
+		got, err := l.ChargeGet(ctx, charges["paid"].ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeSucceeded, got.Status)
+		require.Equal(t, paid.ID, *got.StripePaymentIntentID)
+
+		require.Contains(t, stdout, "pending → held (resolved)")
+		require.Contains(t, stdout, "ALERT held: double_charge")
+		got, err = l.ChargeGet(ctx, charges["twice"].ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeHeld, got.Status)
+		require.Contains(t, *got.HeldReason, "double_charge")
+
+		got, err = l.ChargeGet(ctx, charges["fresh"].ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePending, got.Status)
+		require.True(t, got.LookupRequired, "its next call looks at Stripe first")
+		require.Contains(t, stdout, "fresh/"+got.Period+": pending → pending (requeued); on Stripe: nothing; marked")
+
+		// Again: the settled charge is no longer looked at.
+		stdout, stderr, err = billingctl("recover", "--reason", "again")
+		require.NoError(t, err, stderr)
+		require.NotContains(t, stdout, "paid/")
+		require.Contains(t, stderr, "looked at 2 charges on Stripe")
+	})
+}
+
+
