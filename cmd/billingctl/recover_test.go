@@ -117,5 +117,3 @@ func TestRecover(t *testing.T) {
 		require.Contains(t, stderr, "looked at 2 charges on Stripe")
 	})
 }
-
-
