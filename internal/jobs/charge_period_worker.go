@@ -236,12 +236,12 @@ func (w *ChargePeriodWorker) lookUp(ctx context.Context, job *river.Job[ChargePe
 	if err != nil {
 		return nil, false, err
 	}
-	level := slog.LevelInfo
+	level, msg := slog.LevelInfo, "charge found on Stripe before calling; adopted"
 	if o.Class == ledger.OutcomeHeld {
-		level = slog.LevelError
+		level, msg = slog.LevelError, "ALERT charge held: Stripe has PaymentIntents for it that Tally cannot adopt; an operator must look"
 	}
-	logger.Log(ctx, level, "charge found on Stripe before calling", slog.Int64("charge_id", charge.ID),
-		slog.String("status", charge.Status), slog.Int("payment_intents", len(pis)), slog.String("reason", o.ErrorMessage))
+	logger.Log(ctx, level, msg, slog.Int64("charge_id", charge.ID), slog.String("status", charge.Status),
+		slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
 	if charge.Terminal() || charge.Status == ledger.ChargeHeld || charge.Status == ledger.ChargeProcessing {
 		return nil, true, nil
 	}
