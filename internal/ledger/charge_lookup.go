@@ -41,7 +41,7 @@ func (l *Ledger) ChargeLookupNone(ctx context.Context, claim *Claim, actor strin
 UPDATE billing.charges
 SET status = CASE WHEN $5 THEN 'pending' ELSE status END,
     key_generation = $3,
-    idempotency_key = $4,
+    idempotency_key = CASE WHEN $5 THEN $4 ELSE idempotency_key END,
     generation_first_attempted_at = CASE WHEN $5 THEN NULL ELSE generation_first_attempted_at END,
     lookup_required = false,
     updated_at = $6
