@@ -12,7 +12,7 @@ CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
 
-.PHONY: help test scale chaos vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test scale chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -33,6 +33,13 @@ scale: ## 1,000 customers x 1 period closed at once against the simulator: one P
 chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce)
 	bash scripts/ensure-postgres.sh >/dev/null
 	$(GO) run ./cmd/chaos $(if $(SEED),--seed $(SEED))
+
+failover: ## failover drill: replication stalled, primary killed, standby promoted; async then sync, no double charge (SEED=n)
+	bash scripts/ensure-postgres.sh >/dev/null
+	status=0; \
+	$(GO) run ./cmd/chaos --failover $(if $(SEED),--seed $(SEED)) || status=1; \
+	$(GO) run ./cmd/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
+	exit $$status
 
 vet: ## go vet
 	$(GO) vet $(PKGS)

@@ -7,6 +7,16 @@
 //	go run ./cmd/chaos                 the long variant (make chaos)
 //	go run ./cmd/chaos --short         the variant inside make test
 //	go run ./cmd/chaos --seed 42       reproduce a run's schedule of faults
+//
+// With --failover it runs the failover drill instead (chaos.RunFailover): a
+// primary with a streaming standby, replication stalled while periods are
+// charged, the primary killed and the standby promoted, then an independent
+// check that no (customer, period) was charged twice. It exits 1 on any
+// violation.
+//
+//	go run ./cmd/chaos --failover         asynchronous replication (lossy), long variant (make failover)
+//	go run ./cmd/chaos --failover --sync  synchronous replication: nothing acknowledged may be lost
+//	go run ./cmd/chaos --failover --short --stall 6s
 package main
 
 import (
@@ -42,9 +52,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	short := fs.Bool("short", false, "the short variant (5,000 events)")
 	events := fs.Int("events", 0, "override the number of distinct events")
 	customers := fs.Int("customers", 0, "override the number of customers")
-	workDir := fs.String("workdir", "", "where binaries, the Postgres cluster and logs go (default .tmp/chaos/<seed>)")
+	workDir := fs.String("workdir", "", "where binaries, the Postgres cluster and logs go (default .tmp/chaos/<seed>, "+
+		"or .tmp/chaos/failover-<async|sync>-<seed> with --failover)")
+	failover := fs.Bool("failover", false, "run the failover drill (primary killed after a replication stall, standby promoted) instead")
+	sync := fs.Bool("sync", false, "with --failover: synchronous replication, so no acknowledged write may be lost")
+	stall := fs.Duration("stall", 0, "with --failover: override how long replication is stalled before the primary dies")
+	reclose := fs.Duration("reclose-after", -1, "with --failover: override how long after the failover the lost closes are issued again")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if (*sync || *stall != 0 || *reclose >= 0) && !*failover {
+		return errors.New("--sync, --stall and --reclose-after need --failover")
+	}
+	if *failover {
+		return runFailover(ctx, *seed, *short, *sync, *stall, *reclose, *customers, *workDir, stdout, stderr)
 	}
 	cfg := chaos.LongConfig(*seed)
 	if *short {
@@ -83,6 +107,58 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "logs: %s\n", filepath.Join(cfg.WorkDir, "logs"))
 	if !report.OK() {
 		return fmt.Errorf("%d violations (seed %d)", len(report.Violations), *seed)
+	}
+	return nil
+}
+
+// runFailover runs the failover drill (short or long variant; stall and
+// reclose override the variant's when positive, resp. not negative) and
+// prints its report; it returns an error on any violation.
+func runFailover(ctx context.Context, seed int64, short, sync bool, stall, reclose time.Duration, customers int, workDir string, stdout, stderr io.Writer) error {
+	cfg := chaos.LongFailoverConfig(seed, sync)
+	if short {
+		cfg = chaos.ShortFailoverConfig(seed, sync)
+	}
+	if stall > 0 {
+		cfg.Stall = stall
+	}
+	if reclose >= 0 {
+		cfg.ReCloseAfter = reclose
+	}
+	if customers > 0 {
+		cfg.Customers = customers
+	}
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" {
+		return errors.New("run from inside the Tally repository (go env GOMOD found none)")
+	}
+	cfg.RepoDir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	mode := "async"
+	if sync {
+		mode = "sync"
+	}
+	cfg.WorkDir = workDir
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(cfg.RepoDir, ".tmp", "chaos", fmt.Sprintf("failover-%s-%d", mode, seed))
+	}
+	if err := os.RemoveAll(cfg.WorkDir); err != nil {
+		return fmt.Errorf("error clearing %s: %w", cfg.WorkDir, err)
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return fmt.Errorf("error creating %s: %w", cfg.WorkDir, err)
+	}
+	cfg.Out = stderr
+
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	report, err := chaos.RunFailover(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	report.Write(stdout)
+	fmt.Fprintf(stderr, "logs: %s\n", filepath.Join(cfg.WorkDir, "logs"))
+	if !report.OK() {
+		return fmt.Errorf("failover drill (%s): %d violations (seed %d)", mode, len(report.Violations), seed)
 	}
 	return nil
 }

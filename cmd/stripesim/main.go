@@ -3,11 +3,13 @@
 //
 // Usage:
 //
-//	stripesim [--addr 127.0.0.1:12111] [--log-level info]
+//	stripesim [--addr 127.0.0.1:12111] [--log-level info] [--idempotency-retention 24h]
 //
 // Environment: STRIPESIM_WEBHOOK_URL (where signed events are POSTed; unset means events are
-// only recorded) and STRIPESIM_WEBHOOK_SECRET (the whsec_… signing secret; unset means
-// stripesim.WebhookSecretDefault). Point stripe-go (STRIPE_API_BASE) at the printed URL; see
+// only recorded), STRIPESIM_WEBHOOK_SECRET (the whsec_… signing secret; unset means
+// stripesim.WebhookSecretDefault) and STRIPESIM_IDEMPOTENCY_RETENTION (the default of
+// --idempotency-retention: how long an idempotency key's stored result is kept, as a Go
+// duration; unset means stripesim.IdempotencyRetentionDefault, Stripe's 24 h). Point stripe-go (STRIPE_API_BASE) at the printed URL; see
 // docs/stripesim.md for the control API.
 package main
 
@@ -53,8 +55,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	flags.SetOutput(stderr)
 	addr := flags.String("addr", addrDefault, "listen address (host:port); keep it on loopback, the control API is unauthenticated")
 	logLevel := flags.String("log-level", "info", "log level: debug, info, warn or error")
+	retentionDefault := time.Duration(0)
+	if v := getenv("STRIPESIM_IDEMPOTENCY_RETENTION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("invalid STRIPESIM_IDEMPOTENCY_RETENTION %q: want a Go duration such as 25s or 24h", v)
+		}
+		retentionDefault = d
+	}
+	retention := flags.Duration("idempotency-retention", retentionDefault,
+		"how long an idempotency key's stored result is kept after the first request that used it, "+
+			"on the simulator's clock; after that the key acts as new. 0 means Stripe's 24h. "+
+			"Default from STRIPESIM_IDEMPOTENCY_RETENTION")
 	if err := flags.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *retention < 0 {
+		return fmt.Errorf("invalid --idempotency-retention %s: must not be negative", *retention)
 	}
 	if flags.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", flags.Args())
@@ -66,9 +83,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	sim := stripesim.New(stripesim.Config{
-		Logger:        logger,
-		WebhookURL:    getenv("STRIPESIM_WEBHOOK_URL"),
-		WebhookSecret: getenv("STRIPESIM_WEBHOOK_SECRET"),
+		Logger:               logger,
+		IdempotencyRetention: *retention,
+		WebhookURL:           getenv("STRIPESIM_WEBHOOK_URL"),
+		WebhookSecret:        getenv("STRIPESIM_WEBHOOK_SECRET"),
 	})
 	defer sim.Close()
 
@@ -89,7 +107,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	go func() { serveErr <- server.Serve(listener) }()
 
 	url := "http://" + listener.Addr().String()
-	logger.Info("stripesim listening", "url", url, "webhook_url", getenv("STRIPESIM_WEBHOOK_URL"))
+	logger.Info("stripesim listening", "url", url, "webhook_url", getenv("STRIPESIM_WEBHOOK_URL"),
+		"idempotency_retention", stripesim.Config{IdempotencyRetention: *retention}.WithDefaults().IdempotencyRetention.String())
 	fmt.Fprintf(stdout, "stripesim listening on %s\n", url)
 
 	select {

@@ -25,6 +25,7 @@ type run struct {
 	cluster  *cluster
 	dbURL    string
 	binDir   string
+	stack    *stack
 	sim      *proc
 	control  *stripesim.ControlClient
 	apis     []*proc
@@ -101,78 +102,20 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	r.dbURL = r.cluster.url("tally")
-	dbEnv := []string{"DATABASE_URL=" + r.dbURL}
-	if _, err := runTool(ctx, filepath.Join(r.binDir, "migrate"), dbEnv, "up"); err != nil {
-		return err
-	}
-	key, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), dbEnv, "apikey", "create", "--name", "chaos",
-		"--scopes", "usage:write,customers:write,billing:read,admin")
+	st, err := newStack(ctx, stackConfig{binDir: r.binDir, logDir: filepath.Join(r.cfg.WorkDir, "logs"),
+		dbURL: r.dbURL, apis: 2, workers: 3})
 	if err != nil {
 		return err
 	}
-	key = lastLine(key)
-
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return err
-		}
-	}
-	simURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	r.apiURLs = []string{fmt.Sprintf("http://127.0.0.1:%d", ports[1]), fmt.Sprintf("http://127.0.0.1:%d", ports[2])}
-	logs := filepath.Join(r.cfg.WorkDir, "logs")
-	r.sim = &proc{name: "stripesim", bin: filepath.Join(r.binDir, "stripesim"),
-		args:    []string{"--addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--log-level", "warn"},
-		env:     []string{"STRIPESIM_WEBHOOK_URL=" + r.apiURLs[0] + "/v1/stripe/webhooks", "STRIPESIM_WEBHOOK_SECRET=" + webhookSecret},
-		logPath: filepath.Join(logs, "stripesim.log"), ready: simURL + "/_sim/health"}
-	r.control = &stripesim.ControlClient{BaseURL: simURL}
-
-	common := append(dbEnv,
-		"TALLY_PERIOD=hour", "TALLY_CLOSE_GRACE="+closeGrace.String(), "TALLY_WORKERS=20", "TALLY_DB_MAX_CONNS=25",
-		"STRIPE_API_KEY=sk_test_chaos", "STRIPE_API_BASE="+simURL, "STRIPE_WEBHOOK_SECRET="+webhookSecret,
-		"STRIPE_TIMEOUT="+stripeTimeout.String(), "TALLY_STRIPE_KEY_WINDOW="+keyWindow.String(),
-		"TALLY_RECONCILE_INTERVAL="+reconcileInterval.String(), "TALLY_RECONCILE_AFTER="+reconcileAfter.String(),
-		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s")
-	for i, url := range r.apiURLs {
-		r.apis = append(r.apis, &proc{name: fmt.Sprintf("api-%d", i), bin: filepath.Join(r.binDir, "server"),
-			env:     append(append([]string{}, common...), "TALLY_ROLES=api", "TALLY_HTTP_ADDR="+strings.TrimPrefix(url, "http://")),
-			logPath: filepath.Join(logs, fmt.Sprintf("api-%d.log", i)), ready: url + "/readyz"})
-	}
-	for i := range 3 {
-		r.workers = append(r.workers, &proc{name: fmt.Sprintf("worker-%d", i), bin: filepath.Join(r.binDir, "server"),
-			env:     append(append([]string{}, common...), "TALLY_ROLES=worker"),
-			logPath: filepath.Join(logs, fmt.Sprintf("worker-%d.log", i))})
-	}
-	for _, p := range r.all() {
-		if err := p.start(); err != nil {
-			return err
-		}
-	}
-	for _, p := range r.all() {
-		if err := p.waitReady(ctx, 60*time.Second); err != nil {
-			return err
-		}
-	}
-	r.producer = &producer{apis: r.apiURLs, key: key, client: &http.Client{Timeout: 15 * time.Second}, stats: newLoadStats()}
-	r.logf("stack up: api %v, simulator %s, database %s", r.apiURLs, simURL, r.dbURL)
+	r.stack, r.sim, r.control, r.apis, r.workers, r.apiURLs = st, st.sim, st.control, st.apis, st.workers, st.apiURLs
+	r.producer = st.newProducer()
+	r.logf("stack up: api %v, simulator %s, database %s", r.apiURLs, r.control.BaseURL, r.dbURL)
 	return nil
 }
 
-func (r *run) all() []*proc {
-	return append(append([]*proc{r.sim}, r.apis...), r.workers...)
-}
+func (r *run) all() []*proc { return r.stack.all() }
 
-func (r *run) stopStack() {
-	var wg sync.WaitGroup
-	for _, p := range append(append([]*proc{}, r.apis...), r.workers...) {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.stop(10 * time.Second) }()
-	}
-	wg.Wait()
-	if r.sim != nil {
-		r.sim.stop(5 * time.Second)
-	}
-}
+func (r *run) stopStack() { r.stack.stop() }
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -487,12 +430,21 @@ func (r *run) keyExpireLoop(ctx context.Context) {
 // waitQuiescent waits until no charge is unsettled, no charge or webhook job
 // is left to run, and every period with events has a charge.
 func (r *run) waitQuiescent(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, r.dbURL)
+	return waitQuiescent(ctx, r.dbURL, r.cfg.QuiesceMax, r.logf)
+}
+
+// waitQuiescent waits, up to quiesceMax, until the database at dbURL has
+// no charge in pending, unknown or processing, no charge_period or
+// stripe_event job left to run, and a charge for every period with events.
+// It logs progress every 10 s and returns an error describing what is left
+// when the time is up.
+func waitQuiescent(ctx context.Context, dbURL string, quiesceMax time.Duration, logf func(string, ...any)) error {
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("error connecting to wait for quiescence: %w", err)
 	}
-	defer conn.Close(ctx)
-	deadline := time.Now().Add(r.cfg.QuiesceMax)
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(quiesceMax)
 	lastLog := time.Now()
 	var unsettled, jobs, uncharged int
 	for time.Now().Before(deadline) {
@@ -503,23 +455,27 @@ SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknow
        (SELECT count(*) FROM billing.periods p WHERE NOT EXISTS (
           SELECT 1 FROM billing.charges c WHERE c.customer_id = p.customer_id AND c.period = p.period))`).Scan(&unsettled, &jobs, &uncharged)
 		if err == nil && unsettled == 0 && jobs == 0 && uncharged == 0 {
-			r.logf("quiescent")
+			logf("quiescent")
 			return nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			lastLog = time.Now()
-			r.logf("waiting: %d unsettled charges, %d jobs left (%s), %d periods without a charge",
-				unsettled, jobs, strings.Join(r.jobsLeft(ctx, conn, 3), "; "), uncharged)
+			logf("waiting: %d unsettled charges, %d jobs left (%s), %d periods without a charge",
+				unsettled, jobs, strings.Join(jobsLeft(ctx, conn, 3), "; "), uncharged)
 		}
-		time.Sleep(time.Second)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
-	left := r.jobsLeft(ctx, conn, 10)
+	left := jobsLeft(ctx, conn, 10)
 	return fmt.Errorf("not quiescent after %s: %d unsettled charges, %d jobs left, %d periods without a charge; jobs: %s",
-		r.cfg.QuiesceMax, unsettled, jobs, uncharged, strings.Join(left, "; "))
+		quiesceMax, unsettled, jobs, uncharged, strings.Join(left, "; "))
 }
 
 // jobsLeft describes up to limit charge and webhook jobs not yet finished.
-func (r *run) jobsLeft(ctx context.Context, conn *pgx.Conn, limit int) []string {
+func jobsLeft(ctx context.Context, conn *pgx.Conn, limit int) []string {
 	rows, err := conn.Query(ctx, `
 SELECT id || ' ' || kind || ' ' || state || ' attempt ' || attempt || ' scheduled ' || to_char(scheduled_at, 'HH24:MI:SS')
        || coalesce(' last error: ' || (errors[array_length(errors, 1)]->>'error'), '')

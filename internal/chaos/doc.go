@@ -10,7 +10,24 @@
 // ledger's tables and the simulator's own record, independently of Tally's
 // code, and reports.
 //
+// The failover drill (RunFailover, failover.go) proves the promise across
+// a database failover. A primary streams to a standby through a pausable
+// TCP proxy (tcpproxy.go, replica.go); every Tally process reaches the
+// database through a second proxy that can switch targets. With replication
+// stalled, every customer's period is closed and charged — the first
+// PaymentIntent creation of each moves the money and answers 500, a few
+// are slower than the timeout — while producers post new events; then the
+// primary is killed (pg_ctl stop -m immediate), the standby promoted and
+// the app proxy switched to it. Tally has forgotten what it sent to Stripe
+// in the lost window; the simulator keeps an idempotency key only a little
+// longer than Tally's key window. After closing everything again and
+// waiting for quiescence, the drill checks from the ledger and the
+// simulator that no (customer, period) has two succeeded PaymentIntents,
+// that every charge is settled and names its PaymentIntent, and counts the
+// acknowledged events the failover lost — a violation only when the
+// replication was synchronous.
+//
 // Everything runs on loopback, bounded in count and time, and stops by
-// itself. cmd/chaos runs the long variant (make chaos); TestChaosShort the
-// short one inside make test.
+// itself. cmd/chaos runs the long variants (make chaos, make failover);
+// TestChaosShort and TestFailoverShort the short ones inside make test.
 package chaos

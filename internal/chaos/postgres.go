@@ -19,6 +19,7 @@ type cluster struct {
 	dataDir string
 	port    int
 	asUser  string // run pg binaries as this user (postgres when we are root)
+	logPath string // server log; empty: postgres.log in the data directory
 }
 
 func (c *cluster) adminURL() string {
@@ -67,26 +68,8 @@ func startCluster(ctx context.Context, workDir string) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{binDir: binDir, dataDir: filepath.Join(workDir, "pg"), port: port}
-	if os.Geteuid() == 0 {
-		c.asUser = "postgres"
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root needs a postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
-			return nil, err
-		}
-		if err := os.Chown(c.dataDir, uid, gid); err != nil {
-			return nil, err
-		}
-		// The postgres user must be able to reach the data directory.
-		for d := workDir; d != "/" && d != "."; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				_ = os.Chmod(d, fi.Mode().Perm()|0o011)
-			}
-		}
+	if err := c.prepareDataDir(workDir); err != nil {
+		return nil, err
 	}
 	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
@@ -102,17 +85,73 @@ synchronous_commit = off
 full_page_writes = off
 log_min_messages = warning
 `, c.port, c.dataDir)
-	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
+	if err := c.appendConf(conf); err != nil {
 		return nil, err
 	}
-	_, _ = f.WriteString(conf)
-	_ = f.Close()
 	return c, c.pgctl(ctx, "start")
 }
 
+// prepareDataDir creates the cluster's (empty) data directory. As root it
+// runs the pg binaries as the postgres user: the directory is given to that
+// user, and every directory from workDir up is made traversable by it.
+func (c *cluster) prepareDataDir(workDir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	c.asUser = "postgres"
+	uid, gid, err := postgresUser()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("error creating data directory %s: %w", c.dataDir, err)
+	}
+	if err := os.Chown(c.dataDir, uid, gid); err != nil {
+		return fmt.Errorf("error giving data directory %s to postgres: %w", c.dataDir, err)
+	}
+	// The postgres user must be able to reach the data directory.
+	for d := workDir; d != "/" && d != "."; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			_ = os.Chmod(d, fi.Mode().Perm()|0o011)
+		}
+	}
+	return nil
+}
+
+// postgresUser returns the uid and gid of the postgres user.
+func postgresUser() (int, int, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return 0, 0, fmt.Errorf("running as root needs a postgres user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uid, gid, nil
+}
+
+// appendConf appends settings to the cluster's postgresql.conf; a later
+// line wins over an earlier one. They apply at the next start or reload.
+func (c *cluster) appendConf(conf string) error {
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("error opening postgresql.conf of %s: %w", c.dataDir, err)
+	}
+	_, err = f.WriteString(conf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("error appending to postgresql.conf of %s: %w", c.dataDir, err)
+	}
+	return nil
+}
+
 func (c *cluster) pgctl(ctx context.Context, action string, extra ...string) error {
-	args := append([]string{"-D", c.dataDir, "-w", "-t", "60", "-l", filepath.Join(c.dataDir, "postgres.log"), action}, extra...)
+	logPath := c.logPath
+	if logPath == "" {
+		logPath = filepath.Join(c.dataDir, "postgres.log")
+	}
+	args := append([]string{"-D", c.dataDir, "-w", "-t", "60", "-l", logPath, action}, extra...)
 	if out, err := c.command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_ctl %s: %v: %s", action, err, out)
 	}
