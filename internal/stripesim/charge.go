@@ -14,25 +14,13 @@ const (
 	chargeStatusSucceeded = "succeeded"
 )
 
-type refundWire struct {
-	ID            string            `json:"id"`
-	Object        string            `json:"object"`
-	Amount        int64             `json:"amount"`
-	Charge        string            `json:"charge"`
-	Created       int64             `json:"created"`
-	Currency      string            `json:"currency"`
-	Metadata      map[string]string `json:"metadata"`
-	PaymentIntent string            `json:"payment_intent"`
-	Reason        *string           `json:"reason"`
-	Status        string            `json:"status"`
-}
-
+// refundListWire is a charge's embedded list of its refunds, newest first.
 type refundListWire struct {
-	Object     string        `json:"object"`
-	Data       []*refundWire `json:"data"`
-	HasMore    bool          `json:"has_more"`
-	TotalCount int           `json:"total_count"`
-	URL        string        `json:"url"`
+	Object     string    `json:"object"`
+	Data       []*refund `json:"data"`
+	HasMore    bool      `json:"has_more"`
+	TotalCount int       `json:"total_count"`
+	URL        string    `json:"url"`
 }
 
 // charge is a simulated Charge, rendered in Stripe's shape.
@@ -97,7 +85,7 @@ func (s *Server) chargeNewLocked(pi *paymentIntent, status string, created int64
 		Description:   pi.Description,
 		Metadata:      copyMetadata(pi.Metadata),
 		PaymentIntent: pi.ID,
-		Refunds:       refundListWire{Object: "list", Data: []*refundWire{}},
+		Refunds:       refundListWire{Object: "list", Data: []*refund{}},
 	}
 	if pi.PaymentMethod != nil {
 		ch.PaymentMethod = *pi.PaymentMethod
@@ -125,9 +113,11 @@ func chargeSetStatus(ch *charge, status, failureCode, failureMessage string) {
 }
 
 // ChargeRefund refunds amount (in minor units) of a succeeded charge, or everything not yet
-// refunded when amount is 0, and emits charge.refunded. It returns the updated charge, or an
-// error wrapping ErrNotFound (no such charge), ErrConflict (charge not succeeded or already
-// fully refunded) or ErrInvalid (negative amount or more than is left).
+// refunded when amount is 0, as a refund made in Stripe's Dashboard would: the refund is made
+// exactly as POST /v1/refunds makes it (listed by RefundList and GET /v1/refunds), and
+// refund.created and charge.refunded are emitted. Faults do not apply. It returns the updated
+// charge, or an error wrapping ErrNotFound (no such charge), ErrConflict (charge not succeeded
+// or already fully refunded) or ErrInvalid (negative amount or more than is left).
 func (s *Server) ChargeRefund(chargeID string, amount int64) (*stripe.Charge, error) {
 	return decodeAs[stripe.Charge](s.chargeRefund(chargeID, amount))
 }
@@ -139,37 +129,13 @@ func (s *Server) chargeRefund(chargeID string, amount int64) ([]byte, error) {
 	if !ok {
 		return nil, errorf(ErrNotFound, "no such charge: %q", chargeID)
 	}
-	if ch.Status != chargeStatusSucceeded {
-		return nil, errorf(ErrConflict, "charge %s has status %s; only succeeded charges can be refunded", chargeID, ch.Status)
+	if _, apiErr := s.refundCreateLocked(ch, &refundCreateParams{amount: amount}, "", ""); apiErr != nil {
+		sentinel := ErrInvalid
+		if apiErr.Code == "charge_not_refundable" || apiErr.Code == "charge_already_refunded" {
+			sentinel = ErrConflict
+		}
+		return nil, errorf(sentinel, "%s", apiErr.Message)
 	}
-	left := ch.Amount - ch.AmountRefunded
-	if left == 0 {
-		return nil, errorf(ErrConflict, "charge %s is already fully refunded", chargeID)
-	}
-	if amount < 0 || amount > left {
-		return nil, errorf(ErrInvalid, "refund amount must be between 1 and %d (0 for all of it), got %d", left, amount)
-	}
-	if amount == 0 {
-		amount = left
-	}
-	now := s.nowLocked().Unix()
-	re := &refundWire{
-		ID:            idRefund(),
-		Object:        "refund",
-		Amount:        amount,
-		Charge:        ch.ID,
-		Created:       now,
-		Currency:      ch.Currency,
-		Metadata:      map[string]string{},
-		PaymentIntent: ch.PaymentIntent,
-		Status:        "succeeded",
-	}
-	ch.AmountRefunded += amount
-	ch.Refunded = ch.AmountRefunded == ch.Amount
-	ch.Refunds.Data = append([]*refundWire{re}, ch.Refunds.Data...)
-	ch.Refunds.TotalCount = len(ch.Refunds.Data)
-	s.eventEmitLocked(eventTypeChargeRefunded, ch, "", "")
-	s.logger.Info("charge refunded", "charge", ch.ID, "refund", re.ID, "amount", amount)
 	return mustJSON(ch), nil
 }
 

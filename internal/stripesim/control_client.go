@@ -172,6 +172,19 @@ func (c *ControlClient) CustomerSetDefaultPaymentMethod(ctx context.Context, cus
 	return &out, nil
 }
 
+// RefundList returns every refund made, oldest first (GET /_sim/refunds); see
+// Server.RefundList.
+func (c *ControlClient) RefundList(ctx context.Context) ([]*stripe.Refund, error) {
+	var out listWire[*stripe.Refund]
+	if err := c.do(ctx, http.MethodGet, "/_sim/refunds", nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Data == nil {
+		out.Data = []*stripe.Refund{}
+	}
+	return out.Data, nil
+}
+
 // ChargeRefund refunds amount of a charge, 0 meaning all that is left
 // (POST /_sim/charges/{id}/refund); see Server.ChargeRefund.
 func (c *ControlClient) ChargeRefund(ctx context.Context, chargeID string, amount int64) (*stripe.Charge, error) {

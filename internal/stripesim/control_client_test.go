@@ -160,6 +160,40 @@ func TestControlClient(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotFound)
 	})
 
+	t.Run("Refunds", func(t *testing.T) {
+		t.Parallel()
+		bundle, control := setupControl(t, Config{})
+
+		all, err := control.RefundList(ctx)
+		require.NoError(t, err)
+		require.Empty(t, all)
+
+		pi, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 1000, "k1"))
+		require.NoError(t, err)
+		require.NoError(t, control.FaultAdd(ctx, Fault{Customer: "cus_a", Kind: FaultKindError500AfterCreate, Count: 1}))
+		_, err = bundle.api.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Amount: stripe.Int64(100)})
+		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_, err = control.ChargeRefund(ctx, pi.LatestCharge.ID, 250)
+		require.NoError(t, err)
+
+		all, err = control.RefundList(ctx)
+		require.NoError(t, err)
+		require.Len(t, all, 2, "includes the refund behind the 500")
+		require.Equal(t, int64(100), all[0].Amount)
+		require.Equal(t, int64(250), all[1].Amount)
+		require.Equal(t, pi.ID, all[1].PaymentIntent.ID)
+		require.Equal(t, bundle.sim.RefundList(), all)
+
+		stats, err := control.Stats(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, stats.RefundsCreated)
+
+		require.NoError(t, control.Reset(ctx))
+		all, err = control.RefundList(ctx)
+		require.NoError(t, err)
+		require.Empty(t, all)
+	})
+
 	t.Run("StatsAndReset", func(t *testing.T) {
 		t.Parallel()
 		bundle, control := setupControl(t, Config{Now: func() time.Time { return testBaseTime }})

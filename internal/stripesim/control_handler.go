@@ -188,6 +188,13 @@ func (s *Server) handleControlCustomerSet(w http.ResponseWriter, r *http.Request
 	s.writeJSONBytes(w, http.StatusOK, body)
 }
 
+func (s *Server) handleControlRefundList(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	body := mustJSON(listWire[*refund]{Data: append([]*refund{}, s.refunds...)})
+	s.mu.Unlock()
+	s.writeJSONBytes(w, http.StatusOK, body)
+}
+
 func (s *Server) handleControlChargeRefund(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Amount int64 `json:"amount"`

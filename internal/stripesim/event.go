@@ -14,6 +14,7 @@ const (
 	eventTypePaymentIntentProcessing     = "payment_intent.processing"
 	eventTypePaymentIntentRequiresAction = "payment_intent.requires_action"
 	eventTypePaymentIntentSucceeded      = "payment_intent.succeeded"
+	eventTypeRefundCreated               = "refund.created"
 )
 
 // Event is one event the simulator generated, with the exact payload it delivers and its
@@ -28,7 +29,7 @@ type Event struct {
 	// Created is the event's creation time on the simulator's clock (Unix seconds).
 	Created int64 `json:"created"`
 
-	// ObjectID is the id of data.object (PaymentIntent, Charge or Dispute).
+	// ObjectID is the id of data.object (PaymentIntent, Charge, Refund or Dispute).
 	ObjectID string `json:"object_id"`
 
 	// Payload is the event JSON exactly as delivered (and signed). Decode it into a

@@ -8,16 +8,20 @@ import (
 )
 
 // FaultKind names one kind of injected fault. Unless stated otherwise a fault matches only
-// POST /v1/payment_intents requests whose customer parameter equals Fault.Customer (or any
-// such request when Fault.Customer is FaultCustomerAll).
+// POST /v1/payment_intents requests whose customer parameter equals Fault.Customer, and
+// POST /v1/refunds requests whose PaymentIntent belongs to that customer (or any such request
+// when Fault.Customer is FaultCustomerAll). The kinds that apply to refunds are latency,
+// error_500_before_create, error_500_after_create, drop_after_create and rate_limit; the
+// others only shape PaymentIntent creations. A fault is consumed by whichever matching request
+// comes first, PaymentIntent or refund.
 type FaultKind string
 
 const (
 	// FaultKindLatency delays the answer by Fault.Latency. A global (FaultCustomerAll) latency
 	// fault delays every /v1 endpoint; a per-customer one delays that customer's
-	// PaymentIntent creations. On POST /v1/payment_intents the delay happens after the
-	// idempotency key is taken (a concurrent request with the same key gets 409
-	// idempotency_key_in_use) and before the request executes. If the client gives up during
+	// PaymentIntent and refund creations. On POST /v1/payment_intents and POST /v1/refunds the
+	// delay happens after the idempotency key is taken (a concurrent request with the same key
+	// gets 409 idempotency_key_in_use) and before the request executes. If the client gives up during
 	// the delay the simulator stops waiting and still executes the request and stores its
 	// result under the key, as Stripe finishes a request whose client disconnected.
 	FaultKindLatency FaultKind = "latency"
@@ -27,14 +31,15 @@ const (
 	// retries with the same key until the key expires.
 	FaultKindError500BeforeCreate FaultKind = "error_500_before_create"
 
-	// FaultKindError500AfterCreate creates (and confirms) the PaymentIntent, then answers 500
-	// api_error; the 500 is stored under the idempotency key. The money moved although the
-	// client saw an error.
+	// FaultKindError500AfterCreate creates (and confirms) the PaymentIntent, or makes the
+	// refund, then answers 500 api_error; the 500 is stored under the idempotency key. The
+	// money moved although the client saw an error.
 	FaultKindError500AfterCreate FaultKind = "error_500_after_create"
 
-	// FaultKindDropAfterCreate creates (and confirms) the PaymentIntent, stores the success
-	// response under the idempotency key, then closes the connection without answering, like a
-	// timeout after a server-side success. A retry with the same key gets the stored success.
+	// FaultKindDropAfterCreate creates (and confirms) the PaymentIntent, or makes the refund,
+	// stores the success response under the idempotency key, then closes the connection
+	// without answering, like a timeout after a server-side success. A retry with the same key
+	// gets the stored success.
 	FaultKindDropAfterCreate FaultKind = "drop_after_create"
 
 	// FaultKindRateLimit answers 429 (code rate_limit) before anything else: nothing is created
@@ -89,6 +94,17 @@ func faultKindIsOutcome(k FaultKind) bool {
 	switch k {
 	case FaultKindError500BeforeCreate, FaultKindError500AfterCreate, FaultKindDropAfterCreate,
 		FaultKindDecline, FaultKindAuthenticationRequired, FaultKindRequiresAction, FaultKindProcessing:
+		return true
+	}
+	return false
+}
+
+// faultKindAppliesToRefund reports whether the kind decides the outcome of a refund creation
+// (latency and rate_limit apply to refunds too but are checked separately). Faults are only
+// taken for refunds that can be made; a refund refused by Stripe's rules leaves them in place.
+func faultKindAppliesToRefund(k FaultKind) bool {
+	switch k {
+	case FaultKindError500BeforeCreate, FaultKindError500AfterCreate, FaultKindDropAfterCreate:
 		return true
 	}
 	return false

@@ -81,7 +81,7 @@ var (
 // idempotency key. Parameters the simulator does not know are ignored (but still part of the
 // idempotency fingerprint). s.mu must be held (the customer's default payment method is read).
 func (s *Server) paymentIntentParamsLocked(form url.Values) (*paymentIntentCreateParams, *apiError) {
-	p := &paymentIntentCreateParams{metadata: map[string]string{}}
+	p := &paymentIntentCreateParams{}
 
 	rawAmount := form.Get("amount")
 	if rawAmount == "" {
@@ -127,28 +127,8 @@ func (s *Server) paymentIntentParamsLocked(form url.Values) (*paymentIntentCreat
 		return nil, errParameterInvalid("", "description", "Invalid string: must be at most 1000 characters.")
 	}
 
-	for key, values := range form {
-		m := metadataKeyPattern.FindStringSubmatch(key)
-		if m == nil {
-			continue
-		}
-		k, v := m[1], values[len(values)-1]
-		switch {
-		case k == "":
-			return nil, errParameterInvalid("", "metadata", "Metadata keys must not be empty.")
-		case len(k) > 40:
-			return nil, errParameterInvalid("", "metadata",
-				fmt.Sprintf("Metadata key '%s' is too long: keys can be at most 40 characters.", k))
-		case len(v) > 500:
-			return nil, errParameterInvalid("", "metadata",
-				fmt.Sprintf("Metadata value for key '%s' is too long: values can be at most 500 characters.", k))
-		case v == "":
-			continue // an empty value unsets the key
-		}
-		p.metadata[k] = v
-	}
-	if len(p.metadata) > 50 {
-		return nil, errParameterInvalid("", "metadata", "Metadata can have at most 50 keys.")
+	if p.metadata, apiErr = formMetadata(form); apiErr != nil {
+		return nil, apiErr
 	}
 
 	p.customer = form.Get("customer")
@@ -191,18 +171,40 @@ func (s *Server) paymentIntentParamsLocked(form url.Values) (*paymentIntentCreat
 	return p, nil
 }
 
-// paymentIntentResult is the final response of a create that began executing; it is stored
-// under the idempotency key.
-type paymentIntentResult struct {
-	status  int
-	body    []byte
-	outcome string
-	drop    bool // close the connection instead of answering
+// formMetadata parses the metadata[…] parameters as Stripe validates them: keys of 1 to 40
+// characters, values of at most 500, at most 50 keys; an empty value unsets (here: omits) the
+// key.
+func formMetadata(form url.Values) (map[string]string, *apiError) {
+	metadata := map[string]string{}
+	for key, values := range form {
+		m := metadataKeyPattern.FindStringSubmatch(key)
+		if m == nil {
+			continue
+		}
+		k, v := m[1], values[len(values)-1]
+		switch {
+		case k == "":
+			return nil, errParameterInvalid("", "metadata", "Metadata keys must not be empty.")
+		case len(k) > 40:
+			return nil, errParameterInvalid("", "metadata",
+				fmt.Sprintf("Metadata key '%s' is too long: keys can be at most 40 characters.", k))
+		case len(v) > 500:
+			return nil, errParameterInvalid("", "metadata",
+				fmt.Sprintf("Metadata value for key '%s' is too long: values can be at most 500 characters.", k))
+		case v == "":
+			continue // an empty value unsets the key
+		}
+		metadata[k] = v
+	}
+	if len(metadata) > 50 {
+		return nil, errParameterInvalid("", "metadata", "Metadata can have at most 50 keys.")
+	}
+	return metadata, nil
 }
 
 // paymentIntentExecuteLocked applies the outcome fault (if any), creates the PaymentIntent and
 // its charge, emits events and renders the response. s.mu must be held.
-func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, requestID, idempotencyKey string) paymentIntentResult {
+func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, requestID, idempotencyKey string) createResult {
 	fault, faulted := s.faultTakeLocked(p.customer, func(k FaultKind) bool {
 		return faultKindIsOutcome(k) && (p.confirm || !faultKindNeedsConfirm(k))
 	})
@@ -211,7 +213,7 @@ func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, reques
 			"request_id", requestID, "idempotency_key", idempotencyKey)
 	}
 	if faulted && fault.Kind == FaultKindError500BeforeCreate {
-		return s.paymentIntentErrorResult(errInternal(), requestID, string(FaultKindError500BeforeCreate))
+		return createErrorResult(errInternal(), requestID, string(FaultKindError500BeforeCreate))
 	}
 
 	now := s.nowLocked().Unix()
@@ -236,7 +238,7 @@ func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, reques
 	s.paymentIntentsByID[pi.ID] = pi
 	s.stats.PaymentIntentsCreated++
 
-	result := paymentIntentResult{status: http.StatusOK}
+	result := createResult{status: http.StatusOK}
 	switch {
 	case !p.confirm:
 		pi.Status = paymentIntentStatusRequiresPaymentMethod
@@ -271,7 +273,7 @@ func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, reques
 		errBody := *pi.LastPaymentError
 		errBody.status = http.StatusPaymentRequired
 		errBody.PaymentIntent = pi
-		return s.paymentIntentErrorResult(&errBody, requestID, result.outcome)
+		return createErrorResult(&errBody, requestID, result.outcome)
 
 	case faulted && fault.Kind == FaultKindRequiresAction:
 		pi.Status = paymentIntentStatusRequiresAction
@@ -299,17 +301,12 @@ func (s *Server) paymentIntentExecuteLocked(p *paymentIntentCreateParams, reques
 	result.body = mustJSON(pi)
 	switch {
 	case faulted && fault.Kind == FaultKindError500AfterCreate:
-		return s.paymentIntentErrorResult(errInternal(), requestID, string(FaultKindError500AfterCreate))
+		return createErrorResult(errInternal(), requestID, string(FaultKindError500AfterCreate))
 	case faulted && fault.Kind == FaultKindDropAfterCreate:
 		result.outcome = "dropped"
 		result.drop = true
 	}
 	return result
-}
-
-func (s *Server) paymentIntentErrorResult(e *apiError, requestID, outcome string) paymentIntentResult {
-	e.RequestLogURL = requestLogURL(requestID)
-	return paymentIntentResult{status: e.status, body: mustJSON(apiErrorEnvelope{Error: e}), outcome: outcome}
 }
 
 func declineMessage(declineCode string) string {
@@ -324,80 +321,18 @@ func declineMessage(declineCode string) string {
 }
 
 func (s *Server) handlePaymentIntentCreate(w http.ResponseWriter, r *http.Request, rs *requestState) {
-	form, apiErr := formParse(w, r)
-	if apiErr != nil {
-		s.writeError(w, rs, apiErr)
-		return
-	}
-	customerID := form.Get("customer")
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-	rs.idempotencyKey = key
-	if len(key) > 255 {
-		s.writeError(w, rs, errParameterInvalid("", "", "Idempotency-Key must be at most 255 characters."))
-		return
-	}
-
-	s.mu.Lock()
-	if _, limited := s.faultTakeLocked(customerID, faultKindIs(FaultKindRateLimit)); limited {
-		s.mu.Unlock()
-		rs.outcome = "rate_limited"
-		s.writeError(w, rs, errRateLimit())
-		return
-	}
-
-	var entry *idempotencyEntry
-	if key != "" {
-		e, outcome := s.idempotencyBeginLocked(key, idempotencyFingerprint(r, form), s.nowLocked())
-		switch outcome {
-		case idempotencyOutcomeMismatch:
-			s.mu.Unlock()
-			rs.outcome = "idempotency_error"
-			s.writeError(w, rs, errIdempotencyMismatch(key))
-			return
-		case idempotencyOutcomeInFlight:
-			s.mu.Unlock()
-			rs.outcome = "idempotency_key_in_use"
-			s.writeError(w, rs, errIdempotencyKeyInUse(key))
-			return
-		case idempotencyOutcomeReplay:
-			status, body, original := e.status, e.body, e.requestID
-			s.stats.IdempotentReplays++
-			s.mu.Unlock()
-			rs.outcome = "replayed"
-			w.Header().Set("Idempotent-Replayed", "true")
-			w.Header().Set("Original-Request", original)
-			s.writeJSONBytes(w, status, body)
-			return
-		case idempotencyOutcomeNew:
-			entry = e
-		}
-	}
-
-	params, apiErr := s.paymentIntentParamsLocked(form)
-	if apiErr != nil {
-		s.idempotencyAbandonLocked(key, entry)
-		s.mu.Unlock()
-		s.writeError(w, rs, apiErr)
-		return
-	}
-	s.mu.Unlock()
-
-	if !s.latencyApply(r.Context(), customerID) {
-		s.logger.Info("client went away during injected latency; executing the request anyway, as Stripe would",
-			"request_id", rs.requestID, "idempotency_key", key)
-	}
-
-	s.mu.Lock()
-	result := s.paymentIntentExecuteLocked(params, rs.requestID, key)
-	s.idempotencyCompleteLocked(key, entry, result.status, result.body, rs.requestID)
-	s.mu.Unlock()
-
-	rs.outcome = result.outcome
-	if result.drop {
-		dropConnection(w)
-		return
-	}
-	s.writeJSONBytes(w, result.status, result.body)
+	s.handleCreate(w, r, rs, createOps{
+		customerLocked: func(form url.Values) string { return form.Get("customer") },
+		prepareLocked: func(form url.Values) (func(string, string) createResult, *apiError) {
+			params, apiErr := s.paymentIntentParamsLocked(form)
+			if apiErr != nil {
+				return nil, apiErr
+			}
+			return func(requestID, idempotencyKey string) createResult {
+				return s.paymentIntentExecuteLocked(params, requestID, idempotencyKey)
+			}, nil
+		},
+	})
 }
 
 func (s *Server) handlePaymentIntentRetrieve(w http.ResponseWriter, r *http.Request, rs *requestState) {

@@ -10,6 +10,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("POST /v1/payment_intents", s.stripeHandler(s.handlePaymentIntentCreate))
 	mux.Handle("GET /v1/payment_intents", s.stripeHandler(s.handlePaymentIntentList))
 	mux.Handle("GET /v1/payment_intents/{id}", s.stripeHandler(s.handlePaymentIntentRetrieve))
+	mux.Handle("POST /v1/refunds", s.stripeHandler(s.handleRefundCreate))
+	mux.Handle("GET /v1/refunds", s.stripeHandler(s.handleRefundList))
+	mux.Handle("GET /v1/refunds/{id}", s.stripeHandler(s.handleRefundRetrieve))
 	mux.Handle("GET /v1/customers/{id}", s.stripeHandler(s.handleCustomerRetrieve))
 	mux.Handle("/v1/", s.stripeHandler(s.handleUnrecognized))
 
@@ -24,6 +27,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /_sim/payment_intents", s.handleControlPaymentIntentList)
 	mux.HandleFunc("POST /_sim/payment_intents/{id}/settle", s.handleControlPaymentIntentSettle)
 	mux.HandleFunc("PUT /_sim/customers/{id}", s.handleControlCustomerSet)
+	mux.HandleFunc("GET /_sim/refunds", s.handleControlRefundList)
 	mux.HandleFunc("POST /_sim/charges/{id}/refund", s.handleControlChargeRefund)
 	mux.HandleFunc("POST /_sim/charges/{id}/dispute", s.handleControlChargeDispute)
 	mux.HandleFunc("GET /_sim/events", s.handleControlEventList)

@@ -30,6 +30,8 @@ type Server struct {
 	paymentIntents     []*paymentIntent // creation order
 	paymentIntentsByID map[string]*paymentIntent
 	charges            map[string]*charge
+	refunds            []*refund // creation order
+	refundsByID        map[string]*refund
 	disputes           map[string]*dispute
 	customers          map[string]*customer
 	faults             []*Fault
@@ -73,7 +75,7 @@ func (s *Server) Close() {
 	})
 }
 
-// Reset forgets every PaymentIntent, charge, dispute, customer setting, idempotency key,
+// Reset forgets every PaymentIntent, charge, refund, dispute, customer setting, idempotency key,
 // fault, event and counter, queued webhook deliveries included, sets the clock offset back to
 // zero and the webhook mode back to Config.WebhookURL with no duplicates, delay or reordering.
 // Requests in flight finish but their results are not stored under their keys.
@@ -99,6 +101,8 @@ func (s *Server) resetLocked() {
 	s.paymentIntents = nil
 	s.paymentIntentsByID = map[string]*paymentIntent{}
 	s.charges = map[string]*charge{}
+	s.refunds = nil
+	s.refundsByID = map[string]*refund{}
 	s.disputes = map[string]*dispute{}
 	s.customers = map[string]*customer{}
 	s.faults = nil

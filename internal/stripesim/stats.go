@@ -8,8 +8,12 @@ type Stats struct {
 	// and outcome. Outcomes of PaymentIntent creation: succeeded, created (confirm=false),
 	// declined, authentication_required, requires_action, processing,
 	// error_500_before_create, error_500_after_create, dropped, rate_limited, replayed,
-	// idempotency_error, idempotency_key_in_use, invalid_request, unauthorized. Other
-	// endpoints: ok, not_found, invalid_request, unauthorized.
+	// idempotency_error, idempotency_key_in_use, invalid_request, unauthorized. Outcomes of
+	// refund creation ("POST /v1/refunds"): succeeded, charge_not_refundable,
+	// charge_already_refunded, amount_too_large, error_500_before_create,
+	// error_500_after_create, dropped, rate_limited, replayed, idempotency_error,
+	// idempotency_key_in_use, invalid_request, unauthorized. Other endpoints: ok, not_found,
+	// invalid_request, unauthorized.
 	Requests map[string]map[string]int `json:"requests"`
 
 	// IdempotentReplays counts responses replayed from an idempotency key.
@@ -18,6 +22,10 @@ type Stats struct {
 	// PaymentIntentsCreated counts PaymentIntents created, including those behind faulted
 	// responses.
 	PaymentIntentsCreated int `json:"payment_intents_created"`
+
+	// RefundsCreated counts refunds made, through POST /v1/refunds (including those behind
+	// faulted responses) and through ChargeRefund.
+	RefundsCreated int `json:"refunds_created"`
 
 	// EventsCreated counts events generated.
 	EventsCreated int `json:"events_created"`

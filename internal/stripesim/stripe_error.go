@@ -67,6 +67,14 @@ func errResourceMissing(param, kind, id string) *apiError {
 		fmt.Sprintf("No such %s: '%s'", kind, id))
 }
 
+// errReferenceMissing is the 400 for a parameter naming an object that does not exist (a
+// missing referenced object is a 400, not a 404).
+func errReferenceMissing(param, kind, id string) *apiError {
+	e := errResourceMissing(param, kind, id)
+	e.status = http.StatusBadRequest
+	return e
+}
+
 func errNoAPIKey() *apiError {
 	return &apiError{
 		status: http.StatusUnauthorized,

@@ -104,6 +104,15 @@ func TestWebhook(t *testing.T) {
 		require.Equal(t, int64(300), ch.AmountRefunded)
 		require.False(t, ch.Refunded)
 		ev := rcv.next(t)
+		require.Equal(t, stripe.EventType("refund.created"), ev.Type)
+		var re stripe.Refund
+		require.NoError(t, json.Unmarshal(ev.Data.Raw, &re))
+		require.Equal(t, int64(300), re.Amount)
+		require.Equal(t, pi.LatestCharge.ID, re.Charge.ID)
+		require.Equal(t, pi.ID, re.PaymentIntent.ID)
+		require.Equal(t, stripe.RefundStatusSucceeded, re.Status)
+		require.Empty(t, ev.Request.ID, "a control-API refund has no API request")
+		ev = rcv.next(t)
 		require.Equal(t, stripe.EventType("charge.refunded"), ev.Type)
 		var refunded stripe.Charge
 		require.NoError(t, json.Unmarshal(ev.Data.Raw, &refunded))
@@ -111,6 +120,7 @@ func TestWebhook(t *testing.T) {
 		require.Equal(t, int64(300), refunded.AmountRefunded)
 		require.Equal(t, pi.ID, refunded.PaymentIntent.ID)
 		require.Len(t, refunded.Refunds.Data, 1)
+		require.Equal(t, re.ID, refunded.Refunds.Data[0].ID)
 		require.Equal(t, int64(300), refunded.Refunds.Data[0].Amount)
 
 		_, err = bundle.sim.ChargeRefund(pi.LatestCharge.ID, 701)
@@ -118,6 +128,7 @@ func TestWebhook(t *testing.T) {
 		ch, err = bundle.sim.ChargeRefund(pi.LatestCharge.ID, 0) // the rest
 		require.NoError(t, err)
 		require.True(t, ch.Refunded)
+		require.Equal(t, "700", rcv.next(t).GetObjectValue("amount")) // refund.created
 		require.Equal(t, "1000", rcv.next(t).GetObjectValue("amount_refunded"))
 		_, err = bundle.sim.ChargeRefund(pi.LatestCharge.ID, 0)
 		require.ErrorIs(t, err, ErrConflict)
