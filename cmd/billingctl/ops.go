@@ -118,8 +118,8 @@ func recoverAfterLoss(ctx context.Context, l *ledger.Ledger, getenv func(string)
 			continue
 		}
 		counts[it.Action]++
-		if c.Status == ledger.ChargeHeld && c.HeldReason != nil {
-			mark = "; ALERT held: " + oneLine(*c.HeldReason) + mark
+		if c.Status == ledger.ChargeHeld && c.HeldReason != nil && c.HeldDetail != nil {
+			mark = "; ALERT held: " + string(*c.HeldReason) + ": " + oneLine(*c.HeldDetail) + mark
 		}
 		fmt.Fprintf(stdout, "charge %d %s/%s: %s → %s (%s); on Stripe: %s%s\n", c.ID, c.CustomerID, c.Period,
 			it.Before, c.Status, it.Action, paymentIntentsSummary(it.PaymentIntents), mark)

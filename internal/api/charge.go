@@ -27,6 +27,10 @@ type chargeResponse struct {
 	FailureCode           *string    `json:"failure_code"`
 	FailureMessage        *string    `json:"failure_message"`
 	HeldReason            *string    `json:"held_reason"`
+	HeldDetail            *string    `json:"held_detail"`
+	HeldAt                *time.Time `json:"held_at"`
+	ApprovedAt            *time.Time `json:"approved_at"`
+	LookupRequired        bool       `json:"lookup_required"`
 	ResolvedBy            *string    `json:"resolved_by"`
 	AttemptCount          int        `json:"attempt_count"`
 	FirstAttemptedAt      *time.Time `json:"first_attempted_at"`
@@ -36,12 +40,17 @@ type chargeResponse struct {
 }
 
 func newChargeResponse(c *ledger.Charge) chargeResponse {
+	var held *string
+	if c.HeldReason != nil {
+		held = (*string)(c.HeldReason)
+	}
 	return chargeResponse{
-		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: c.Status, AmountCents: c.AmountCents,
+		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: string(c.Status), AmountCents: c.AmountCents,
 		Currency: c.Currency, EventCount: c.EventCount, StripeCustomerID: c.StripeCustomerID,
 		StripePaymentMethodID: c.StripePaymentMethodID, StripePaymentIntentID: c.StripePaymentIntentID,
 		StripeChargeID: c.StripeChargeID, ChargeKey: c.ChargeKey, KeyGeneration: c.KeyGeneration,
-		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: c.HeldReason,
+		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: held,
+		HeldDetail: c.HeldDetail, HeldAt: c.HeldAt, ApprovedAt: c.ApprovedAt, LookupRequired: c.LookupRequired,
 		ResolvedBy: c.ResolvedBy, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
 		LastAttemptedAt: c.LastAttemptedAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 	}
@@ -57,7 +66,7 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		p := ledger.ChargeListParams{Status: q.Get("status"), CustomerID: q.Get("customer_id")}
+		p := ledger.ChargeListParams{Status: ledger.ChargeStatus(q.Get("status")), CustomerID: q.Get("customer_id")}
 		fields := map[string]string{}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)

@@ -104,8 +104,8 @@ func TestChargeLookup(t *testing.T) {
 		b.closeNow(t, ctx, "acme")
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
-		require.Contains(t, *c.HeldReason, "payment_intent_mismatch")
-		require.Contains(t, *c.HeldReason, pi.ID)
+		require.Equal(t, ledger.HeldPaymentIntentMismatch, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, pi.ID)
 		require.Nil(t, c.StripePaymentIntentID)
 		require.Equal(t, []string{pi.ID}, b.paymentIntents("cus_acme"), "never a new call")
 		require.Empty(t, b.attempts(t, ctx, c.ID))
@@ -121,7 +121,7 @@ func TestChargeLookup(t *testing.T) {
 		b.closeNow(t, ctx, "acme")
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
-		require.Contains(t, *c.HeldReason, "double_charge")
+		require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
 		require.Len(t, b.paymentIntents("cus_acme"), 2, "nothing more was charged")
 		require.Empty(t, b.attempts(t, ctx, c.ID))
 		b.waitJobsFinalized(t)

@@ -106,8 +106,8 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	if err != nil {
 		return err
 	}
-	if charge.Status != ledger.ChargePending && charge.Status != ledger.ChargeUnknown {
-		logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", charge.ID), slog.String("status", charge.Status))
+	if !charge.Status.Chargeable() {
+		logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", charge.ID), slog.String("status", string(charge.Status)))
 		return nil
 	}
 	if charge.StripePaymentMethodID == nil && charge.FirstAttemptedAt == nil {
@@ -125,6 +125,10 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		wait := max(time.Until(held.Until), time.Second) + jitter(time.Second)
 		logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
 		return river.JobSnooze(wait)
+	}
+	if errors.Is(err, ledger.ErrChargingPaused) {
+		logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
+		return river.JobSnooze(chargingPausedSnooze)
 	}
 	if err != nil {
 		return err
@@ -175,8 +179,8 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	if err != nil {
 		return err
 	}
-	attrs := []any{slog.Int64("charge_id", charge.ID), slog.String("outcome", outcome.Class),
-		slog.String("status", charge.Status), slog.String("payment_intent", outcome.StripePaymentIntentID),
+	attrs := []any{slog.Int64("charge_id", charge.ID), slog.String("outcome", string(outcome.Class)),
+		slog.String("status", string(charge.Status)), slog.String("payment_intent", outcome.StripePaymentIntentID),
 		slog.String("stripe_request_id", outcome.StripeRequestID), slog.Int("http_status", outcome.HTTPStatus),
 		slog.String("error_code", outcome.ErrorCode)}
 	switch outcome.Class {
@@ -190,9 +194,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		wait := w.retryLaterMin + jitter(w.retryLaterMax-w.retryLaterMin)
 		logger.InfoContext(ctx, "stripe asked to retry later; snoozing", append(attrs, slog.Duration("snooze", wait))...)
 		return river.JobSnooze(wait)
-	case ledger.OutcomeHeld:
-		logger.ErrorContext(ctx, "ALERT charge held: stripe answered what Tally never expects; an operator must look", attrs...)
-	default:
+	default: // a hold is alerted by the ledger (alert=charge_held)
 		logger.InfoContext(ctx, "charge attempted", attrs...)
 	}
 	return nil
@@ -236,11 +238,8 @@ func (w *ChargePeriodWorker) lookUp(ctx context.Context, job *river.Job[ChargePe
 	if err != nil {
 		return nil, false, err
 	}
-	level, msg := slog.LevelInfo, "charge found on Stripe before calling; adopted"
-	if o.Class == ledger.OutcomeHeld {
-		level, msg = slog.LevelError, "ALERT charge held: Stripe has PaymentIntents for it that Tally cannot adopt; an operator must look"
-	}
-	logger.Log(ctx, level, msg, slog.Int64("charge_id", charge.ID), slog.String("status", charge.Status),
+	// A hold is alerted by the ledger (alert=charge_held).
+	logger.InfoContext(ctx, "charge found on Stripe before calling", slog.Int64("charge_id", charge.ID), slog.String("status", string(charge.Status)),
 		slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
 	if charge.Terminal() || charge.Status == ledger.ChargeHeld || charge.Status == ledger.ChargeProcessing {
 		return nil, true, nil

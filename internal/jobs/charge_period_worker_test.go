@@ -170,7 +170,7 @@ func (b *testBundle) waitCharge(t *testing.T, ctx context.Context, customerID st
 	}
 }
 
-func statusIs(status string) func(c *ledger.Charge) bool {
+func statusIs(status ledger.ChargeStatus) func(c *ledger.Charge) bool {
 	return func(c *ledger.Charge) bool { return c.Status == status }
 }
 

@@ -104,6 +104,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger})
+	river.AddWorker(workers, &ChargeResolveWorker{ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger})
 	river.AddWorker(workers, &ChargeReconcileWorker{
 		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger, after: config.ReconcileAfter,
 	})

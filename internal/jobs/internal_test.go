@@ -48,5 +48,5 @@ func TestReconcileOutcome(t *testing.T) {
 	o, _ = reconcileOutcome(c, []*stripe.PaymentIntent{
 		pi("pi_1", 500, "cus_1", stripe.PaymentIntentStatusSucceeded), pi("pi_2", 500, "cus_1", stripe.PaymentIntentStatusSucceeded)})
 	require.Equal(t, ledger.OutcomeHeld, o.Class)
-	require.Equal(t, "double_charge", o.ErrorType)
+	require.Equal(t, ledger.HeldDoubleCharge, o.HeldReason)
 }

@@ -78,11 +78,15 @@ func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeR
 		counts[res.Action]++
 		if res.Action == "resolved" {
 			w.logger.InfoContext(ctx, "reconciler settled charge", slog.Int64("charge_id", c.ID),
-				slog.String("status", res.Charge.Status), slog.Any("payment_intents", paymentIntentIDs(res.PaymentIntents)))
+				slog.String("status", string(res.Charge.Status)), slog.Any("payment_intents", paymentIntentIDs(res.PaymentIntents)))
 		}
 	}
 	if len(charges) > 0 {
 		w.logger.InfoContext(ctx, "reconciler run", slog.Int("charges", len(charges)), slog.Any("actions", counts))
+	}
+	// Holds are never silent: report again every charge held for a day.
+	if _, err := w.ledger.ChargeHeldReport(ctx); err != nil {
+		return err
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.O
 			// The key matches but not what the charge would have sent: not
 			// ours to adopt blindly (another environment? a bug?).
 			return ledger.Outcome{
-				Class: ledger.OutcomeHeld, ErrorType: "payment_intent_mismatch",
+				Class: ledger.OutcomeHeld, HeldReason: ledger.HeldPaymentIntentMismatch,
 				ErrorMessage: fmt.Sprintf("PaymentIntent %s carries tally_charge_key %s but is for %d %s of %s; the charge is %d %s of %s",
 					pi.ID, c.ChargeKey, pi.Amount, pi.Currency, customerOf(pi), c.AmountCents, c.Currency, c.StripeCustomerID),
 			}, true
@@ -63,8 +63,8 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.O
 	}
 	ids := paymentIntentIDs(pis)
 	return ledger.Outcome{
-		Class:     ledger.OutcomeHeld,
-		ErrorType: "double_charge",
+		Class:      ledger.OutcomeHeld,
+		HeldReason: ledger.HeldDoubleCharge,
 		ErrorMessage: fmt.Sprintf("ALERT double charge: %d PaymentIntents carry tally_charge_key %s: %s",
 			len(pis), c.ChargeKey, strings.Join(ids, ", ")),
 	}, true
@@ -87,7 +87,7 @@ type ReconcileResult struct {
 // reconcileStatuses are the statuses ReconcileCharge looks at: every one not
 // settled in Stripe-confirmed terms. A failed charge's PaymentIntent may yet
 // succeed (the customer authenticates on-session); a held one's may exist.
-var reconcileStatuses = []string{ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing, ledger.ChargeHeld, ledger.ChargeFailed}
+var reconcileStatuses = []ledger.ChargeStatus{ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing, ledger.ChargeHeld, ledger.ChargeFailed}
 
 // ReconcileCharge brings one charge that is not settled in Stripe-confirmed
 // terms (see reconcileStatuses) in line with Stripe: by its PaymentIntent when
@@ -111,7 +111,7 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 
 	o, found := reconcileOutcome(c, pis)
 	if !found {
-		if c.Status != ledger.ChargePending && c.Status != ledger.ChargeUnknown {
+		if !c.Status.Chargeable() {
 			res.Action = "unchanged"
 			return res, nil
 		}

@@ -95,7 +95,8 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		b.pastKeyWindow()
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
-		require.Contains(t, *c.HeldReason, "double charge")
+		require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, "double charge")
 		b.waitJobsFinalized(t)
 		require.Len(t, b.sim.PaymentIntentList(), 2, "nothing more was charged")
 	})

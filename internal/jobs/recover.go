@@ -24,7 +24,7 @@ type RecoverParams struct {
 // RecoverItem is one charge Recover looked at.
 type RecoverItem struct {
 	// Before is the charge's status before Recover.
-	Before string
+	Before ledger.ChargeStatus
 
 	// Marked is set when the charge was marked for a look-up before its next
 	// call (ledger.ChargeLookupMark).

@@ -42,7 +42,7 @@ func TestRestoreDrill(t *testing.T) {
 	type customer struct {
 		id     string
 		total  int64
-		status string // after the first charge run
+		status ledger.ChargeStatus // after the first charge run
 	}
 	var customers []customer
 	for i := range 12 {

@@ -9,6 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/schema"
 )
 
 // Scheduler implements ledger.Scheduler with a River client, which may be
@@ -58,4 +61,50 @@ func (s Scheduler) StripeEventJobInsertTx(ctx context.Context, tx pgx.Tx, eventI
 		return 0, fmt.Errorf("error inserting job of stripe event %s: %w", eventID, err)
 	}
 	return res.Job.ID, nil
+}
+
+// ChargeResolveJobInsertTx inserts the charge_resolve job of an operator's
+// resolve in tx and returns its id.
+func (s Scheduler) ChargeResolveJobInsertTx(ctx context.Context, tx pgx.Tx, p ledger.ChargeResolveJob) (int64, error) {
+	res, err := s.Client.InsertTx(ctx, tx, ChargeResolveArgs(p), nil)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting resolve job of charge %d: %w", p.ChargeID, err)
+	}
+	return res.Job.ID, nil
+}
+
+// ChargingPausedTx returns since when QueueCharges is paused, or nil.
+func (s Scheduler) ChargingPausedTx(ctx context.Context, tx pgx.Tx) (*time.Time, error) {
+	q, err := s.Client.QueueGetTx(ctx, tx, QueueCharges)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return nil, nil // no worker has started yet: not paused
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading queue %s: %w", QueueCharges, err)
+	}
+	return q.PausedAt, nil
+}
+
+// ChargingPauseTx pauses QueueCharges on every client (River's queue pause,
+// persisted in river_queue), creating the queue's row when no worker has
+// started yet so the pause holds from their first start.
+func (s Scheduler) ChargingPauseTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `
+INSERT INTO `+schema.RiverSchema+`.river_queue (name, created_at, metadata, updated_at)
+VALUES ($1, now(), '{}', now()) ON CONFLICT (name) DO NOTHING`, QueueCharges); err != nil {
+		return fmt.Errorf("error creating queue %s: %w", QueueCharges, err)
+	}
+	if err := s.Client.QueuePauseTx(ctx, tx, QueueCharges, nil); err != nil {
+		return fmt.Errorf("error pausing queue %s: %w", QueueCharges, err)
+	}
+	return nil
+}
+
+// ChargingResumeTx resumes QueueCharges on every client.
+func (s Scheduler) ChargingResumeTx(ctx context.Context, tx pgx.Tx) error {
+	err := s.Client.QueueResumeTx(ctx, tx, QueueCharges, nil)
+	if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+		return fmt.Errorf("error resuming queue %s: %w", QueueCharges, err)
+	}
+	return nil
 }

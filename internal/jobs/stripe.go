@@ -30,6 +30,10 @@ type Stripe interface {
 	// PaymentIntentList returns every PaymentIntent of a Stripe customer
 	// created at or after since, paging through all of them.
 	PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error)
+
+	// RefundCreate refunds (in full unless params say otherwise) a
+	// PaymentIntent's charge.
+	RefundCreate(ctx context.Context, params *stripe.RefundParams) (*stripe.Refund, error)
 }
 
 // StripeTimeoutDefault bounds one Stripe call when StripeConfig.Timeout is zero.
@@ -101,6 +105,14 @@ func (s *StripeAPI) PaymentIntentGet(ctx context.Context, id string) (*stripe.Pa
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
 	return s.api.PaymentIntents.Get(id, params)
+}
+
+// RefundCreate implements Stripe, bounded by the configured timeout.
+func (s *StripeAPI) RefundCreate(ctx context.Context, params *stripe.RefundParams) (*stripe.Refund, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	params.Context = ctx
+	return s.api.Refunds.New(params)
 }
 
 // PaymentIntentList implements Stripe with the list endpoint (never Search,
@@ -195,7 +207,7 @@ func classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
 		o.Class = ledger.OutcomeRetryLater
 	case se.Type == stripe.ErrorTypeIdempotency:
 		// Our parameters for this key changed: a bug, never a retry.
-		o.Class = ledger.OutcomeHeld
+		o.Class, o.HeldReason = ledger.OutcomeHeld, ledger.HeldIdempotencyError
 	case se.HTTPStatusCode >= 500 || se.Type == stripe.ErrorTypeAPI:
 		o.Class = ledger.OutcomeUnknown
 	case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
@@ -241,8 +253,7 @@ func outcomeFromPaymentIntent(pi *stripe.PaymentIntent) ledger.Outcome {
 	default:
 		// requires_confirmation or requires_capture cannot follow
 		// confirm=true with automatic capture: a human must look.
-		o.Class = ledger.OutcomeHeld
-		o.ErrorType = "unexpected_status"
+		o.Class, o.HeldReason = ledger.OutcomeHeld, ledger.HeldUnexpectedStatus
 		o.ErrorCode = string(pi.Status)
 		o.ErrorMessage = "PaymentIntent " + pi.ID + " is " + string(pi.Status)
 	}

@@ -83,8 +83,11 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		case err != nil:
 			return "", "", err
 		}
+		if changed {
+			w.ledger.AlertIfHeld(ctx, "", c, actor)
+		}
 		w.logger.InfoContext(ctx, "stripe event applied", slog.String("event_id", ev.ID), slog.String("type", string(e.Type)),
-			slog.Int64("charge_id", c.ID), slog.String("status", c.Status), slog.Bool("changed", changed))
+			slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)), slog.Bool("changed", changed))
 		return ledger.StripeEventProcessed, "", nil
 
 	case "charge.refunded":

@@ -29,7 +29,7 @@ func TestClassify(t *testing.T) {
 		name  string
 		pi    *stripe.PaymentIntent
 		err   error
-		class string
+		class ledger.OutcomeClass
 		code  string
 	}{
 		{"Succeeded", pi(stripe.PaymentIntentStatusSucceeded), nil, ledger.OutcomeSucceeded, ""},

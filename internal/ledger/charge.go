@@ -11,27 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Charge statuses. Terminal ones never change again.
-const (
-	ChargePending    = "pending"    // committed before money moves; a worker may claim it
-	ChargeProcessing = "processing" // Stripe accepted an async payment; a webhook decides
-	ChargeUnknown    = "unknown"    // a call's outcome was lost; resolved by retry, webhook or reconcile
-	ChargeHeld       = "held"       // waits for an operator
-	ChargeSucceeded  = "succeeded"
-	ChargeFailed     = "failed"
-	ChargeSkipped    = "skipped" // the period's total was zero
-	ChargeCanceled   = "canceled"
-)
-
-// ChargeTerminal reports whether status is terminal.
-func ChargeTerminal(status string) bool {
-	switch status {
-	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled:
-		return true
-	}
-	return false
-}
-
 // ChargeKey is the stable identity of the charge of (customerID, period),
 // sent to Stripe as metadata.tally_charge_key.
 func ChargeKey(customerID, period string) string {
@@ -53,7 +32,7 @@ type Charge struct {
 	ID                         int64
 	CustomerID                 string
 	Period                     string
-	Status                     string
+	Status                     ChargeStatus
 	AmountCents                int64
 	Currency                   string
 	EventCount                 int64
@@ -66,7 +45,7 @@ type Charge struct {
 	StripeChargeID             *string
 	FailureCode                *string
 	FailureMessage             *string
-	HeldReason                 *string
+	HeldReason                 *HeldReason
 	ResolvedBy                 *string
 	LeaseOwner                 *string
 	LeaseExpiresAt             *time.Time
@@ -85,17 +64,33 @@ type Charge struct {
 	// restore, a lossy failover; billingctl recover): the next call of the
 	// charge first looks for its PaymentIntents on Stripe.
 	LookupRequired bool
+
+	// HeldDetail says in words why the charge is held (HeldReason is the
+	// code); HeldAt since when; HeldAlertedAt when the reconciler last
+	// reported it.
+	HeldDetail    *string
+	HeldAt        *time.Time
+	HeldAlertedAt *time.Time
+
+	// ApprovedAt is when an operator approved the held charge: its guards
+	// (cap, budget, anomaly) are waived.
+	ApprovedAt *time.Time
+
+	// BudgetReserved is set while the charge's amount counts in the
+	// period's spend (in flight or succeeded).
+	BudgetReserved bool
 }
 
 // Terminal reports whether the charge's status is terminal.
-func (c *Charge) Terminal() bool { return ChargeTerminal(c.Status) }
+func (c *Charge) Terminal() bool { return c.Status.Terminal() }
 
 const chargeColumns = `id, customer_id, period, status, amount_cents, currency, event_count,
        stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key, key_generation,
        stripe_payment_intent_id, stripe_charge_id, failure_code, failure_message, held_reason,
        resolved_by, lease_owner, lease_expires_at, attempt_count, first_attempted_at,
        generation_first_attempted_at, last_attempted_at, created_at, updated_at,
-       period_starts_at, lookup_required`
+       period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
+       budget_reserved`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -104,7 +99,8 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.StripePaymentIntentID, &c.StripeChargeID, &c.FailureCode, &c.FailureMessage, &c.HeldReason,
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
-		&c.PeriodStartsAt, &c.LookupRequired)
+		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
+		&c.BudgetReserved)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +146,14 @@ func (l *Ledger) ChargeGetByPeriod(ctx context.Context, customerID, period strin
 	return c, err
 }
 
-// transitionTx logs a status change of a charge and who made it.
-func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, from *string, to, actor, reason string) error {
+// transitionTx logs a status change of a charge and who made it (from is nil
+// for its creation). It refuses a change the status machine does not allow
+// for actor (chargeTransitions): that is a bug, and Postgres would refuse it
+// too.
+func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, from *ChargeStatus, to ChargeStatus, actor, reason string) error {
+	if from != nil && !ChargeTransitionAllowed(*from, to, actorKind(actor)) {
+		return fmt.Errorf("charge %d: %s may not move it from %s to %s", chargeID, actor, *from, to)
+	}
 	var r *string
 	if reason != "" {
 		r = &reason

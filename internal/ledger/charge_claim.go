@@ -69,13 +69,20 @@ type Claim struct {
 // Claim.Lookup and writes nothing more; otherwise it appends the attempt row
 // of the coming Stripe call. It commits before the caller calls Stripe.
 //
+// Before its first call a charge passes the guards (chargeGuardsTx: the
+// customer's cap, the anomaly guard, the period budget, whose reservation it
+// takes in the same transaction); a charge that fails one is held instead,
+// and ChargeClaim returns (nil, nil).
+//
 // It returns (nil, nil) when the charge is in any other status (terminal,
 // held, processing): there is nothing to do. It returns a *LeaseHeldError
-// when another live run holds the lease.
+// when another live run holds the lease, and ErrChargingPaused while an
+// operator has paused charging (the kill switch).
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
 	var claim *Claim
+	var held *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		claim = nil
+		claim, held = nil, nil
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
@@ -85,11 +92,26 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		if err != nil {
 			return err
 		}
-		if c.Status != ChargePending && c.Status != ChargeUnknown {
+		if !c.Status.Chargeable() {
 			return nil
 		}
 		if c.LeaseOwner != nil && c.LeaseExpiresAt.After(now) {
 			return &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt}
+		}
+		if err := l.chargingPausedTx(ctx, tx); err != nil {
+			return err
+		}
+		if !c.BudgetReserved {
+			reason, detail, guarded, err := l.chargeGuardsTx(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			if reason != "" {
+				held, err = chargeApplyOutcomeTx(ctx, tx, now, c, Outcome{Class: OutcomeHeld, HeldReason: reason, ErrorMessage: detail},
+					p.actor(), false)
+				return err
+			}
+			c = guarded
 		}
 		c, err = scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
@@ -112,13 +134,24 @@ RETURNING `+chargeColumns, p.ChargeID, p.Owner, now.Add(p.LeaseTTL), now))
 		return attemptStartTx(ctx, tx, now, claim)
 	})
 	if err != nil {
-		var held *LeaseHeldError
-		if errors.As(err, &held) {
-			return nil, held
+		var leased *LeaseHeldError
+		if errors.As(err, &leased) {
+			return nil, leased
+		}
+		if errors.Is(err, ErrChargingPaused) {
+			return nil, ErrChargingPaused
 		}
 		return nil, fmt.Errorf("error claiming charge %d: %w", p.ChargeID, err)
 	}
+	if held != nil {
+		l.alertIfHeld(ctx, ChargePending, held, p.actor())
+	}
 	return claim, nil
+}
+
+// actor is who claims, for the transitions log: the job run.
+func (p ChargeClaimParams) actor() string {
+	return fmt.Sprintf("job:%d/%d", p.JobID, p.JobAttempt)
 }
 
 // attemptStartTx appends the attempt row of the Stripe call about to be made

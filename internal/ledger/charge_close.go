@@ -26,8 +26,8 @@ type PeriodCloseParams struct {
 // UPDATE, so it waits for in-flight ingests holding FOR KEY SHARE and every
 // later ingest sees the period closed; marks it closed; and, unless the
 // charge exists already (then it is returned unchanged), sums the period's
-// events and creates the charge: skipped for a zero total, held when above
-// the customer's max_charge_cents, pending otherwise. The charge snapshots
+// events and creates the charge: skipped for a zero total, pending otherwise
+// (the guards hold it, if need be, before its first call: ChargeClaim). The charge snapshots
 // the Stripe customer, payment method, amount and currency.
 //
 // It returns ErrNotFound when the period does not exist.
@@ -84,45 +84,38 @@ func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, now tim
 	var count, total int64
 	var currency, stripeCustomer string
 	var paymentMethod *string
-	var maxCharge *int64
 	var startsAt time.Time
 	err := tx.QueryRow(ctx, `
 SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.currency, p.starts_at,
-       c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents
+       c.stripe_customer_id, c.stripe_payment_method_id
 FROM billing.periods p
 JOIN billing.customers c ON c.customer_id = p.customer_id
 LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
 WHERE p.customer_id = $1 AND p.period = $2
-GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id, c.max_charge_cents`,
-		p.CustomerID, p.Period).Scan(&count, &total, &currency, &startsAt, &stripeCustomer, &paymentMethod, &maxCharge)
+GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
+		p.CustomerID, p.Period).Scan(&count, &total, &currency, &startsAt, &stripeCustomer, &paymentMethod)
 	if err != nil {
 		return nil, fmt.Errorf("error summing period: %w", err)
 	}
 
-	status, heldReason := ChargePending, (*string)(nil)
-	switch {
-	case total == 0:
+	// The guards (cap, budget, anomaly) are checked when the charge is first
+	// claimed, in the transaction that reserves its budget.
+	status := ChargePending
+	if total == 0 {
 		status = ChargeSkipped
-	case maxCharge != nil && total > *maxCharge:
-		status = ChargeHeld
-		r := fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", total, *maxCharge)
-		heldReason = &r
 	}
 	charge, err := scanCharge(tx.QueryRow(ctx, `
 INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count,
                              stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key,
-                             held_reason, period_starts_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+                             period_starts_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
 RETURNING `+chargeColumns,
 		p.CustomerID, p.Period, status, total, currency, count, stripeCustomer, paymentMethod,
-		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), heldReason, startsAt, now))
+		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), startsAt, now))
 	if err != nil {
 		return nil, fmt.Errorf("error creating charge: %w", err)
 	}
 	reason := fmt.Sprintf("closed with %d events totalling %d %s", count, total, currency)
-	if heldReason != nil {
-		reason = *heldReason
-	}
 	if err := transitionTx(ctx, tx, now, charge.ID, nil, status, p.Actor, reason); err != nil {
 		return nil, err
 	}

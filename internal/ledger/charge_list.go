@@ -16,7 +16,7 @@ const (
 
 // ChargeListParams filter and page ChargeList.
 type ChargeListParams struct {
-	Status     string // optional: only charges in this status
+	Status     ChargeStatus // optional: only charges in this status
 	CustomerID string // optional: only this customer's charges
 	AfterID    int64  // cursor: only charges with a smaller id (newest first)
 	Limit      int    // default ChargeListLimitDefault, at most ChargeListLimitMax
@@ -26,7 +26,7 @@ type ChargeListParams struct {
 // more follow. Pass the last charge's id as AfterID for the next page.
 func (l *Ledger) ChargeList(ctx context.Context, p ChargeListParams) ([]*Charge, bool, error) {
 	fe := fieldErrors{}
-	if p.Status != "" && !chargeStatusValid(p.Status) {
+	if p.Status != "" && !p.Status.Valid() {
 		fe.add("status", "unknown status %q: want pending, processing, unknown, held, succeeded, failed, skipped or canceled", p.Status)
 	}
 	if p.Limit < 0 || p.Limit > ChargeListLimitMax {
@@ -57,14 +57,6 @@ LIMIT $4`, p.Status, p.CustomerID, p.AfterID, p.Limit+1)
 		charges = charges[:p.Limit]
 	}
 	return charges, more, nil
-}
-
-func chargeStatusValid(s string) bool {
-	switch s {
-	case ChargePending, ChargeProcessing, ChargeUnknown, ChargeHeld, ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled:
-		return true
-	}
-	return false
 }
 
 // ChargeAttempt is one logged Stripe call of a charge.

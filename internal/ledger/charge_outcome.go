@@ -11,20 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Outcome classes of one Stripe call (DESIGN.md, money path step 5).
-const (
-	OutcomeSucceeded  = "succeeded"   // the PaymentIntent succeeded
-	OutcomeProcessing = "processing"  // accepted, settles later; a webhook decides
-	OutcomeFailed     = "failed"      // declined, authentication required, invalid request: final
-	OutcomeUnknown    = "unknown"     // timeout, network error, 5xx: money may have moved
-	OutcomeRetryLater = "retry_later" // 429 or idempotency_key_in_use: nothing happened, try again soon
-	OutcomeHeld       = "held"        // idempotency_error or another impossible answer: a human must look
-	OutcomeError      = "error"       // refused before anything happened (bad API key, …): retry with backoff
-)
-
 // Outcome is what one Stripe call returned, as the ledger records it.
 type Outcome struct {
-	Class                 string
+	Class                 OutcomeClass
 	StripePaymentIntentID string
 	StripeChargeID        string
 	HTTPStatus            int
@@ -36,6 +25,10 @@ type Outcome struct {
 	// ResolvedBy says what decided a final outcome: stripe_response (the
 	// default), reconcile, webhook:<event id>.
 	ResolvedBy string
+
+	// HeldReason is why an OutcomeHeld holds the charge. Default
+	// HeldUnexpectedStatus.
+	HeldReason HeldReason
 }
 
 // ErrLeaseLost is returned by ChargeRecordOutcome when the caller no longer
@@ -59,13 +52,14 @@ var ErrLeaseLost = errors.New("charge lease lost")
 // It returns ErrLeaseLost, writing nothing, when claim's lease was taken
 // over.
 func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
-	var charge *Charge
+	var charge, before *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, claim.Charge.ID))
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
+		before = c
 		if c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
 			return ErrLeaseLost
 		}
@@ -107,6 +101,7 @@ WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcome of charge %d: %w", claim.Charge.ID, err)
 	}
+	l.alertIfHeld(ctx, before.Status, charge, actor)
 	return charge, nil
 }
 
@@ -114,8 +109,9 @@ WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o
 // are monotonic. Pending and unknown take any outcome; processing only a
 // final one. A failed or held charge takes only a success of the PaymentIntent
 // it names (or, held, of the first one Stripe reports): Stripe says the money
-// moved, so the ledger must too — except for a double-charge hold, which stays
-// for a human. Succeeded, skipped and canceled never change.
+// moved, so the ledger must too — except where the hold itself is about a
+// conflicting PaymentIntent (a double charge, a mismatch), which stays for a
+// human. Succeeded, skipped and canceled never change.
 func chargeMayTake(c *Charge, o Outcome) bool {
 	switch c.Status {
 	case ChargePending, ChargeUnknown:
@@ -126,13 +122,10 @@ func chargeMayTake(c *Charge, o Outcome) bool {
 		return o.Class == OutcomeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
 	case ChargeHeld:
 		return o.Class == OutcomeSucceeded && o.StripePaymentIntentID != "" &&
-			(c.HeldReason == nil || !strings.HasPrefix(*c.HeldReason, heldDoubleCharge))
+			(c.HeldReason == nil || c.HeldReason.Approvable())
 	}
 	return false
 }
-
-// heldDoubleCharge starts the held_reason of a double charge.
-const heldDoubleCharge = "double_charge"
 
 // chargeTakeOutcomeTx applies outcome o to the locked charge c when it may
 // take it, and reports whether its status changed. A PaymentIntent other than
@@ -143,10 +136,10 @@ const heldDoubleCharge = "double_charge"
 func (l *Ledger) chargeTakeOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, bool, *DoubleChargeError, error) {
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
 		double := &DoubleChargeError{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
-		l.logger.ErrorContext(ctx, double.Error(), "actor", actor, "outcome", o.Class)
+		l.logger.ErrorContext(ctx, double.Error(), "actor", actor, "outcome", string(o.Class))
 		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
-			held, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, Outcome{
-				Class: OutcomeHeld, ErrorType: heldDoubleCharge, ErrorMessage: double.Error(),
+			held, err := chargeApplyOutcomeTx(ctx, tx, now, c, Outcome{
+				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Error(),
 			}, actor, releaseLease)
 			return held, err == nil, double, err
 		}
@@ -161,7 +154,7 @@ func (l *Ledger) chargeTakeOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Ti
 		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
 		return c, false, nil, err
 	}
-	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c.ID, c.Status, o, actor, releaseLease)
+	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c, o, actor, releaseLease)
 	if err != nil {
 		return nil, false, nil, err
 	}
@@ -178,30 +171,46 @@ UPDATE billing.charges SET lease_owner = NULL, lease_expires_at = NULL, updated_
 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
 }
 
-// chargeApplyOutcomeTx moves a locked charge, now in status, by outcome o
-// and logs the transition; releaseLease also clears its lease.
-func chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, status string, o Outcome, actor string, releaseLease bool) (*Charge, error) {
-	next := status
-	var resolvedBy, failureCode, failureMessage, heldReason *string
+// chargeOutcomeStatus is the status outcome o moves a charge in status from
+// to (its own status when the class changes nothing).
+func chargeOutcomeStatus(from ChargeStatus, o Outcome) (ChargeStatus, error) {
+	switch o.Class {
+	case OutcomeSucceeded:
+		return ChargeSucceeded, nil
+	case OutcomeFailed:
+		return ChargeFailed, nil
+	case OutcomeProcessing:
+		return ChargeProcessing, nil
+	case OutcomeUnknown:
+		return ChargeUnknown, nil
+	case OutcomeHeld:
+		return ChargeHeld, nil
+	case OutcomeRetryLater, OutcomeError:
+		return from, nil
+	}
+	return "", fmt.Errorf("unknown outcome class %q", o.Class)
+}
+
+// chargeApplyOutcomeTx moves the locked charge c by outcome o, logs the
+// transition, and keeps the period's spend (chargeSpendTx); releaseLease
+// also clears its lease.
+func chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, error) {
+	next, err := chargeOutcomeStatus(c.Status, o)
+	if err != nil {
+		return nil, err
+	}
+	var resolvedBy, failureCode, failureMessage, heldDetail *string
+	var heldReason *HeldReason
 	switch o.Class {
 	case OutcomeSucceeded, OutcomeFailed:
-		next = o.Class
 		resolvedBy = ptr(cmp.Or(o.ResolvedBy, "stripe_response"))
-	case OutcomeProcessing:
-		if status != ChargeProcessing {
-			next = ChargeProcessing
-		}
-	case OutcomeUnknown:
-		next = ChargeUnknown
 	case OutcomeHeld:
-		next = ChargeHeld
-		heldReason = ptr(cmp.Or(o.ErrorMessage, "held"))
+		heldReason = ptr(cmp.Or(o.HeldReason, HeldUnexpectedStatus))
+		detail := o.ErrorMessage
 		if prefix := strings.TrimSpace(o.ErrorType + " " + o.ErrorCode); prefix != "" {
-			heldReason = ptr(prefix + ": " + cmp.Or(o.ErrorMessage, "held"))
+			detail = prefix + ": " + detail
 		}
-	case OutcomeRetryLater, OutcomeError:
-	default:
-		return nil, fmt.Errorf("unknown outcome class %q", o.Class)
+		heldDetail = ptr(cmp.Or(strings.TrimSpace(detail), "held"))
 	}
 	if o.Class == OutcomeFailed {
 		failureCode = nullString(o.ErrorCode)
@@ -215,25 +224,30 @@ SET status = $2,
     failure_code = coalesce($5, failure_code),
     failure_message = coalesce($6, failure_message),
     held_reason = coalesce($7, held_reason),
-    resolved_by = coalesce($8, resolved_by),
-    lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
-    lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END,
-    updated_at = $10
+    held_detail = coalesce($8, held_detail),
+    held_at = CASE WHEN $2 = 'held' AND status <> 'held' THEN $11 ELSE held_at END,
+    resolved_by = coalesce($9, resolved_by),
+    lease_owner = CASE WHEN $10 THEN NULL ELSE lease_owner END,
+    lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END,
+    updated_at = $11
 WHERE id = $1
-RETURNING `+chargeColumns, chargeID, next, nullString(o.StripePaymentIntentID),
-		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, resolvedBy, releaseLease, now))
+RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
+		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, heldDetail, resolvedBy, releaseLease, now))
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcome: %w", err)
 	}
-	if next != status {
+	if next != c.Status {
 		reason := o.ErrorCode
 		if o.StripePaymentIntentID != "" {
 			reason = strings.TrimSpace("payment_intent " + o.StripePaymentIntentID + " " + reason)
 		}
 		if heldReason != nil {
-			reason = *heldReason
+			reason = string(*heldReason) + ": " + *heldDetail
 		}
-		if err := transitionTx(ctx, tx, now, charge.ID, &status, next, actor, reason); err != nil {
+		if err := transitionTx(ctx, tx, now, charge.ID, &c.Status, next, actor, reason); err != nil {
+			return nil, err
+		}
+		if charge, err = chargeSpendTx(ctx, tx, charge); err != nil {
 			return nil, err
 		}
 	}

@@ -40,10 +40,15 @@ func (l *Ledger) ChargeResolve(ctx context.Context, p ChargeResolveParams) (*Cha
 		charge  *Charge
 		changed bool
 		double  *DoubleChargeError
+		before  ChargeStatus
 	)
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		double = nil
+		before, err = chargeStatusTx(ctx, tx, p)
+		if err != nil {
+			return err
+		}
 		charge, changed, err = l.ChargeResolveTx(ctx, tx, p)
 		if errors.As(err, &double) {
 			return nil // commit the hold, if any, and report the double charge
@@ -53,10 +58,26 @@ func (l *Ledger) ChargeResolve(ctx context.Context, p ChargeResolveParams) (*Cha
 	if err != nil {
 		return nil, false, err
 	}
+	l.alertIfHeld(ctx, before, charge, p.Actor)
 	if double != nil {
 		return charge, changed, double
 	}
 	return charge, changed, nil
+}
+
+// chargeStatusTx returns the status of the charge p names ("" when none),
+// before ChargeResolveTx moves it.
+func chargeStatusTx(ctx context.Context, tx pgx.Tx, p ChargeResolveParams) (ChargeStatus, error) {
+	var s ChargeStatus
+	err := tx.QueryRow(ctx, `
+SELECT status FROM billing.charges
+WHERE id = $1 OR (stripe_payment_intent_id = $2 AND $2 <> '') OR (charge_key = $3 AND $3 <> '')
+ORDER BY id = $1 DESC, (stripe_payment_intent_id = $2) DESC NULLS LAST LIMIT 1`,
+		p.ChargeID, p.Outcome.StripePaymentIntentID, p.ChargeKey).Scan(&s)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	return s, err
 }
 
 // ChargeResolveTx settles a charge in the caller's transaction from what

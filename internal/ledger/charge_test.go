@@ -51,8 +51,17 @@ func TestPeriodClose(t *testing.T) {
 		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e2", 100)})
 		require.NoError(t, err)
 		c := b.close(t, ctx)
+		require.Equal(t, ledger.ChargePending, c.Status, "the guards run when the charge is first claimed")
+		claim, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+		require.NoError(t, err)
+		require.Nil(t, claim, "held: nothing to call")
+		c, err = b.Ledger.ChargeGet(ctx, c.ID)
+		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeHeld, c.Status)
-		require.Contains(t, *c.HeldReason, "max_charge_cents 150")
+		require.Equal(t, ledger.HeldOverCustomerCap, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, "max_charge_cents 150")
+		require.Nil(t, c.LeaseOwner)
+		require.False(t, c.BudgetReserved)
 	})
 
 	t.Run("EventsRacingTheCloseAreChargedOrRejected", func(t *testing.T) {
@@ -197,9 +206,9 @@ func TestChargeClaim(t *testing.T) {
 		fresh, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, stale, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "a", nil)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, stale, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
 		require.ErrorIs(t, err, ledger.ErrLeaseLost)
-		got, err := b.Ledger.ChargeRecordOutcome(ctx, fresh, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "b", nil)
+		got, err := b.Ledger.ChargeRecordOutcome(ctx, fresh, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:2/1", nil)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeSucceeded, got.Status)
 		require.Nil(t, got.LeaseOwner)
@@ -210,7 +219,7 @@ func TestChargeClaim(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "a", nil)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "job:1/1", nil)
 		require.NoError(t, err)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
@@ -221,7 +230,7 @@ func TestChargeClaim(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
 		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
 		require.NoError(t, err)
 		for _, stmt := range []string{
 			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
@@ -237,7 +246,7 @@ func TestChargeClaim(t *testing.T) {
 func TestChargeResolve(t *testing.T) {
 	t.Parallel()
 
-	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class, pi string) (*ledger.Charge, bool, error) {
+	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class ledger.OutcomeClass, pi string) (*ledger.Charge, bool, error) {
 		t.Helper()
 		return b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{
 			ChargeKey: ledger.ChargeKey("acme", "2026-11"), Actor: "webhook:test",
@@ -263,7 +272,7 @@ func TestChargeResolve(t *testing.T) {
 		ctx, b, _ := closedCharge(t)
 		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
-		for _, class := range []string{ledger.OutcomeProcessing, ledger.OutcomeFailed, ledger.OutcomeSucceeded} {
+		for _, class := range []ledger.OutcomeClass{ledger.OutcomeProcessing, ledger.OutcomeFailed, ledger.OutcomeSucceeded} {
 			c, changed, err := resolve(t, ctx, b, class, "pi_A")
 			require.NoError(t, err)
 			require.False(t, changed, class)
@@ -325,7 +334,7 @@ func (b *testBundle) claimToCall(t *testing.T, ctx context.Context, p ledger.Cha
 	claim, err := b.Ledger.ChargeClaim(ctx, p)
 	require.NoError(t, err)
 	if claim.Lookup {
-		claim, err = b.Ledger.ChargeLookupNone(ctx, claim, p.Owner)
+		claim, err = b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
 		require.NoError(t, err)
 	}
 	return claim
@@ -351,7 +360,7 @@ func TestChargeLookup(t *testing.T) {
 		require.Nil(t, claim.Charge.GenerationFirstAttemptedAt)
 		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
 
-		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
 		require.NoError(t, err)
 		require.Equal(t, 0, next.Charge.KeyGeneration)
 		require.Equal(t, c.IdempotencyKey, next.Charge.IdempotencyKey)
@@ -360,7 +369,7 @@ func TestChargeLookup(t *testing.T) {
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
 
 		// The retry after an unknown outcome reuses the key without a look-up.
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, next, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, next, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
 		require.NoError(t, err)
 		claim, err = b.Ledger.ChargeClaim(ctx, params(c, "b"))
 		require.NoError(t, err)
@@ -372,7 +381,7 @@ func TestChargeLookup(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
 		claim := b.claimToCall(t, ctx, params(c, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
 		require.NoError(t, err)
 
 		// A day later the key window has passed: the claim must look first.
@@ -383,7 +392,7 @@ func TestChargeLookup(t *testing.T) {
 		require.True(t, claim.KeyExpired)
 		require.Zero(t, claim.AttemptID, "no attempt before the look-up")
 
-		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
 		require.NoError(t, err)
 		require.Equal(t, 1, next.Charge.KeyGeneration)
 		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), next.Charge.IdempotencyKey)
@@ -407,7 +416,7 @@ func TestChargeLookup(t *testing.T) {
 		fresh := b.claimToCall(t, ctx, params(c, "b"))
 		require.NotZero(t, fresh.AttemptID)
 
-		_, err = b.Ledger.ChargeLookupNone(ctx, stale, "a")
+		_, err = b.Ledger.ChargeLookupNone(ctx, stale, "job:1/1")
 		require.ErrorIs(t, err, ledger.ErrLeaseLost)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
 	})
@@ -416,7 +425,7 @@ func TestChargeLookup(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
 		claim := b.claimToCall(t, ctx, params(c, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "a", nil)
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
 		require.NoError(t, err)
 
 		// After a restore, an operator marks every charge that may still call.
@@ -432,7 +441,7 @@ WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND a
 		require.NoError(t, err)
 		require.True(t, claim.Lookup, "an attempt is on record, but the record may be incomplete")
 		require.False(t, claim.KeyExpired)
-		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "a")
+		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
 		require.NoError(t, err)
 		require.False(t, next.Charge.LookupRequired)
 		require.Equal(t, 0, next.Charge.KeyGeneration, "within the window the key stays")
@@ -443,7 +452,7 @@ WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND a
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
 		claim := b.claimToCall(t, ctx, params(c, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "a", nil)
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
 		require.NoError(t, err)
 		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
 		require.NoError(t, err)
@@ -472,7 +481,7 @@ func TestChargeListStale(t *testing.T) {
 		require.NoError(t, err)
 		claim, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: charge.ID, Owner: "w", LeaseTTL: time.Minute})
 		require.NoError(t, err)
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, o, "w", nil)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, o, "job:3/1", nil)
 		require.NoError(t, err)
 	}
 	customers := func(charges []*ledger.Charge) []string {

@@ -61,6 +61,23 @@ const (
 	// ConflictPeriodClosed: the event's billing period is closed (or past
 	// its close time) and its charge is computed; the event cannot be added.
 	ConflictPeriodClosed = "period_closed"
+
+	// ConflictChargeNotHeld: approve and resolve act on held charges only
+	// (and approve not on a double charge or a mismatch: resolve those).
+	ConflictChargeNotHeld = "charge_not_held"
+
+	// ConflictChargeOutcomeUnknown: money may have moved for the charge
+	// (an attempt's outcome is unknown, or a PaymentIntent succeeded), so it
+	// cannot be canceled; reconcile it first (billingctl reconcile).
+	ConflictChargeOutcomeUnknown = "charge_outcome_unknown"
+
+	// ConflictChargeLeased: a worker is charging it right now; try again
+	// when its lease (see the charge's lease_expires_at) has passed.
+	ConflictChargeLeased = "charge_leased"
+
+	// ConflictChargeNotCancelable: the charge is settled (or in a status
+	// that only Stripe moves on); it cannot be canceled.
+	ConflictChargeNotCancelable = "charge_not_cancelable"
 )
 
 // ConflictError reports a request that is valid on its own but conflicts with

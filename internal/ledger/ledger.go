@@ -24,6 +24,10 @@ const CloseGraceDefault = time.Hour
 // key for at least 24 h; the hour of margin covers clock skew and slow calls.
 const StripeKeyWindowDefault = 23 * time.Hour
 
+// AnomalyFactorDefault is the anomaly guard's factor that the server
+// configures when TALLY_ANOMALY_FACTOR is unset.
+const AnomalyFactorDefault = 10.0
+
 // Scheduler inserts and reschedules River jobs in the caller's transaction,
 // so a job commits or rolls back with the ledger rows that asked for it: the
 // transactional outbox. internal/jobs implements it with River.
@@ -42,6 +46,22 @@ type Scheduler interface {
 	// StripeEventJobInsertTx inserts the job that processes the stored Stripe
 	// event eventID, and returns its id.
 	StripeEventJobInsertTx(ctx context.Context, tx pgx.Tx, eventID string) (jobID int64, err error)
+
+	// ChargeResolveJobInsertTx inserts the job that carries out an
+	// operator's resolve of a double charge (ChargeResolveRequest): keep one
+	// PaymentIntent, refund the others, settle the charge.
+	ChargeResolveJobInsertTx(ctx context.Context, tx pgx.Tx, p ChargeResolveJob) (jobID int64, err error)
+
+	// ChargingPausedTx returns since when the charge queue is paused (the
+	// kill switch), or nil when it is not.
+	ChargingPausedTx(ctx context.Context, tx pgx.Tx) (*time.Time, error)
+
+	// ChargingPauseTx pauses the charge queue on every replica; a paused
+	// queue stays paused across restarts.
+	ChargingPauseTx(ctx context.Context, tx pgx.Tx) error
+
+	// ChargingResumeTx resumes the charge queue.
+	ChargingResumeTx(ctx context.Context, tx pgx.Tx) error
 }
 
 // Config configures a Ledger. Its zero value works except for Scheduler,
@@ -58,6 +78,16 @@ type Config struct {
 	// generation the key may be reused without reconciling first. Default
 	// StripeKeyWindowDefault.
 	StripeKeyWindow time.Duration
+
+	// PeriodBudgetCents caps, per period label and currency, the amounts of
+	// charges in flight plus those that succeeded; a charge that would exceed
+	// it is held over_period_budget. Zero: no budget.
+	PeriodBudgetCents int64
+
+	// AnomalyFactor holds a charge above this factor times the median of the
+	// customer's last six succeeded charges (with at least three). Zero
+	// disables the guard; the server's default is AnomalyFactorDefault.
+	AnomalyFactor float64
 
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
@@ -98,6 +128,12 @@ func (c Config) validate() error {
 	}
 	if c.StripeKeyWindow < 0 {
 		return errors.New("StripeKeyWindow must not be negative")
+	}
+	if c.PeriodBudgetCents < 0 {
+		return errors.New("PeriodBudgetCents must not be negative")
+	}
+	if c.AnomalyFactor < 0 {
+		return errors.New("AnomalyFactor must not be negative")
 	}
 	return nil
 }

@@ -188,6 +188,22 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (stripe_refund_id) DO NOTHING`, p)
 }
 
+// RefundRecordResolve appends a refund that an operator's resolve of charge
+// chargeID made (of a PaymentIntent the charge does not keep), once per
+// Stripe refund id, and reports whether it was new. It commits.
+func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+	tag, err := l.pool.Exec(ctx, `
+INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
+                             amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL)
+ON CONFLICT (stripe_refund_id) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, l.now())
+	if err != nil {
+		return false, fmt.Errorf("error recording refund %s of charge %d: %w", p.StripeID, chargeID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // DisputeRecordTx appends a dispute of one of Tally's charges to
 // billing.disputes, once per Stripe dispute id, and reports whether it was
 // new. It returns ErrNotFound when the disputed charge is not Tally's.
@@ -206,7 +222,7 @@ func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx pgx.Tx, insertSQL st
 		return false, err
 	}
 	tag, err := tx.Exec(ctx, insertSQL, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, l.now(), p.EventID)
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, l.now(), nullString(p.EventID))
 	if err != nil {
 		return false, fmt.Errorf("error recording %s: %w", p.StripeID, err)
 	}

@@ -1,0 +1,326 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Operator actions: the ways out of a hold (approve, cancel, resolve) and the
+// kill switch, each recorded append-only in billing.operator_actions with who,
+// when, why, and the charge's status before and after.
+
+// Operator action names, as billing.operator_actions.action stores them.
+const (
+	ActionApprove        = "approve"
+	ActionCancel         = "cancel"
+	ActionResolve        = "resolve"
+	ActionChargingPause  = "charging_pause"
+	ActionChargingResume = "charging_resume"
+	ActionLookupMark     = "lookup_mark"
+)
+
+// ReasonMaxChars bounds an operator's reason.
+const ReasonMaxChars = 1000
+
+// OperatorAction is one recorded operator action.
+type OperatorAction struct {
+	ID           int64
+	Action       string
+	ChargeID     *int64
+	Actor        string
+	Reason       string
+	StatusBefore *ChargeStatus
+	StatusAfter  *ChargeStatus
+	Detail       map[string]any
+	CreatedAt    time.Time
+}
+
+// checkReason returns a *ValidationError unless reason is 1 to
+// ReasonMaxChars characters of text.
+func checkReason(reason string) error {
+	fe := fieldErrors{}
+	switch n := utf8.RuneCountInString(strings.TrimSpace(reason)); {
+	case n == 0:
+		fe.add("reason", "is required: say why, in 1 to %d characters", ReasonMaxChars)
+	case n > ReasonMaxChars || utf8.RuneCountInString(reason) > ReasonMaxChars:
+		fe.add("reason", "is %d characters long; send at most %d", utf8.RuneCountInString(reason), ReasonMaxChars)
+	case !utf8.ValidString(reason) || strings.ContainsRune(reason, 0):
+		fe.add("reason", "must be valid UTF-8 text without NUL characters")
+	}
+	return fe.err()
+}
+
+// operatorActionTx appends an operator action and returns its id.
+func operatorActionTx(ctx context.Context, tx pgx.Tx, now time.Time, a OperatorAction) (int64, error) {
+	if a.Detail == nil {
+		a.Detail = map[string]any{}
+	}
+	detail, err := json.Marshal(a.Detail)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO billing.operator_actions (action, charge_id, actor, reason, status_before, status_after, detail, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		a.Action, a.ChargeID, a.Actor, a.Reason, a.StatusBefore, a.StatusAfter, detail, now).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("error recording operator action %s: %w", a.Action, err)
+	}
+	return id, nil
+}
+
+// ChargeActions returns the operator actions on a charge, oldest first.
+func (l *Ledger) ChargeActions(ctx context.Context, chargeID int64) ([]*OperatorAction, error) {
+	rows, err := l.pool.Query(ctx, `
+SELECT id, action, charge_id, actor, reason, status_before, status_after, detail, created_at
+FROM billing.operator_actions WHERE charge_id = $1 ORDER BY id`, chargeID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading actions of charge %d: %w", chargeID, err)
+	}
+	actions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*OperatorAction, error) {
+		var a OperatorAction
+		err := r.Scan(&a.ID, &a.Action, &a.ChargeID, &a.Actor, &a.Reason, &a.StatusBefore, &a.StatusAfter, &a.Detail, &a.CreatedAt)
+		return &a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading actions of charge %d: %w", chargeID, err)
+	}
+	return actions, nil
+}
+
+// ChargeActionParams are the fields of ChargeApprove and ChargeCancel.
+type ChargeActionParams struct {
+	ChargeID int64
+
+	// Actor is who acts: operator:<key name>/<key prefix> or cli:<os user>.
+	Actor string
+
+	// Reason says why, 1 to ReasonMaxChars characters. Required.
+	Reason string
+}
+
+// chargeActionTx runs an operator action on the locked charge: act checks and
+// changes it, and the action is recorded with the status before and after.
+// It refuses (ConflictChargeLeased) while a worker holds the charge's lease:
+// an action never races a Stripe call.
+func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeActionParams, detail map[string]any,
+	act func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error)) (*Charge, error) {
+	if err := checkReason(p.Reason); err != nil {
+		return nil, err
+	}
+	var before, after *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("charge %d %w", p.ChargeID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("error locking charge: %w", err)
+		}
+		if c.LeaseOwner != nil && c.LeaseExpiresAt.After(now) {
+			return &ConflictError{Code: ConflictChargeLeased, Detail: fmt.Sprintf(
+				"charge %d is being charged right now (lease held by %s until %s); try again after that",
+				c.ID, *c.LeaseOwner, c.LeaseExpiresAt.Format(time.RFC3339))}
+		}
+		before = c
+		if after, err = act(tx, now, c); err != nil {
+			return err
+		}
+		_, err = operatorActionTx(ctx, tx, now, OperatorAction{Action: action, ChargeID: &c.ID, Actor: p.Actor,
+			Reason: p.Reason, StatusBefore: &before.Status, StatusAfter: &after.Status, Detail: detail})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error in %s of charge %d: %w", action, p.ChargeID, err)
+	}
+	l.logger.WarnContext(ctx, "operator action", "action", action, "charge_id", p.ChargeID, "actor", p.Actor,
+		"reason", p.Reason, "status_before", string(before.Status), "status_after", string(after.Status))
+	return after, nil
+}
+
+// ChargeApprove is the operator's way out of a hold: held → pending, marked
+// approved (the guards — cap, budget, anomaly — are waived for it: that is the
+// operator's explicit decision) and marked for a look-up at Stripe before its
+// next call, and its charge job runs now; it then charges with the same key
+// rules as any charge. It refuses with ConflictChargeNotHeld a charge that is
+// not held, or held for a double charge or a mismatching PaymentIntent
+// (those are resolved: ChargeResolveRequest).
+func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Charge, error) {
+	return l.chargeAction(ctx, ActionApprove, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+		if c.Status != ChargeHeld {
+			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf("charge %d is %s; only a held charge can be approved", c.ID, c.Status)}
+		}
+		if c.HeldReason != nil && !c.HeldReason.Approvable() {
+			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
+				"charge %d is held for %s: money already moved for it; resolve it instead (POST /v1/charges/%d/resolve with keep_payment_intent)",
+				c.ID, *c.HeldReason, c.ID)}
+		}
+		updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $2
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+		if err != nil {
+			return nil, fmt.Errorf("error approving: %w", err)
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, "approved: "+p.Reason); err != nil {
+			return nil, err
+		}
+		var jobID *int64
+		if err := tx.QueryRow(ctx, `SELECT charge_job_id FROM billing.periods WHERE customer_id = $1 AND period = $2 FOR UPDATE`,
+			c.CustomerID, c.Period).Scan(&jobID); err != nil {
+			return nil, fmt.Errorf("error finding charge job: %w", err)
+		}
+		return updated, l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID)
+	})
+}
+
+// ChargeCancel cancels a held or pending charge for which Tally knows no money
+// moved: no Stripe attempt, or every attempt finished with an outcome that
+// moved nothing (failed, retry_later, error) and no PaymentIntent known. It
+// releases the charge's budget reservation. It refuses with
+// ConflictChargeOutcomeUnknown a charge whose money may have moved (reconcile
+// it first), and with ConflictChargeNotCancelable any other status.
+func (l *Ledger) ChargeCancel(ctx context.Context, p ChargeActionParams) (*Charge, error) {
+	return l.chargeAction(ctx, ActionCancel, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+		if c.Status != ChargeHeld && c.Status != ChargePending {
+			return nil, &ConflictError{Code: ConflictChargeNotCancelable, Detail: fmt.Sprintf(
+				"charge %d is %s; only a held or pending charge can be canceled", c.ID, c.Status)}
+		}
+		var moved int
+		if err := tx.QueryRow(ctx, `
+SELECT count(*) FROM billing.charge_attempts
+WHERE charge_id = $1 AND (finished_at IS NULL OR outcome IN ('succeeded', 'processing', 'unknown', 'held'))`,
+			c.ID).Scan(&moved); err != nil {
+			return nil, fmt.Errorf("error reading attempts: %w", err)
+		}
+		if moved > 0 || c.StripePaymentIntentID != nil ||
+			(c.HeldReason != nil && !c.HeldReason.Approvable()) {
+			return nil, &ConflictError{Code: ConflictChargeOutcomeUnknown, Detail: fmt.Sprintf(
+				"money may have moved for charge %d (a Stripe attempt with an unknown or successful outcome, or a PaymentIntent carrying its key); reconcile it first (billingctl reconcile --customer %s --period %s)",
+				c.ID, c.CustomerID, c.Period)}
+		}
+		updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET status = 'canceled', updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+		if err != nil {
+			return nil, fmt.Errorf("error canceling: %w", err)
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, "canceled: "+p.Reason); err != nil {
+			return nil, err
+		}
+		return chargeSpendTx(ctx, tx, updated)
+	})
+}
+
+// ChargeResolveJob is what the resolve job of a double charge carries.
+type ChargeResolveJob struct {
+	ChargeID          int64  `json:"charge_id"`
+	KeepPaymentIntent string `json:"keep_payment_intent"`
+	Actor             string `json:"actor"`
+	ActionID          int64  `json:"action_id"`
+}
+
+// ChargeResolveRequestParams are the fields of ChargeResolveRequest.
+type ChargeResolveRequestParams struct {
+	ChargeActionParams
+
+	// KeepPaymentIntent is the PaymentIntent the charge keeps (pi_…); every
+	// other succeeded PaymentIntent carrying the charge's key is refunded.
+	KeepPaymentIntent string
+}
+
+// ChargeResolveRequest is the operator's way out of a double charge (or a
+// mismatching PaymentIntent): it records the decision and inserts the resolve
+// job, which refunds in full every other succeeded PaymentIntent carrying the
+// charge's key and settles the charge as succeeded with the kept one
+// (ChargeResolveSettle). The charge stays held until the job is done. It
+// refuses with ConflictChargeNotHeld a charge that is not held for
+// double_charge or payment_intent_mismatch.
+func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveRequestParams) (*Charge, error) {
+	if !strings.HasPrefix(p.KeepPaymentIntent, "pi_") || !validID(p.KeepPaymentIntent) {
+		return nil, &ValidationError{Fields: map[string]string{"keep_payment_intent": fmt.Sprintf(
+			"must be the id of the PaymentIntent to keep, such as pi_123; got %q", p.KeepPaymentIntent)}}
+	}
+	if err := checkReason(p.Reason); err != nil {
+		return nil, err
+	}
+	var after *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("charge %d %w", p.ChargeID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("error locking charge: %w", err)
+		}
+		if c.Status != ChargeHeld || c.HeldReason == nil || c.HeldReason.Approvable() {
+			return &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
+				"charge %d is %s; resolve is the exit from a double_charge or payment_intent_mismatch hold (approve or cancel the others)", c.ID, c.Status)}
+		}
+		id, err := operatorActionTx(ctx, tx, now, OperatorAction{Action: ActionResolve, ChargeID: &c.ID, Actor: p.Actor,
+			Reason: p.Reason, StatusBefore: &c.Status, StatusAfter: &c.Status,
+			Detail: map[string]any{"keep_payment_intent": p.KeepPaymentIntent, "state": "requested"}})
+		if err != nil {
+			return err
+		}
+		if _, err := l.config.Scheduler.ChargeResolveJobInsertTx(ctx, tx, ChargeResolveJob{
+			ChargeID: c.ID, KeepPaymentIntent: p.KeepPaymentIntent, Actor: p.Actor, ActionID: id}); err != nil {
+			return err
+		}
+		after = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error in resolve of charge %d: %w", p.ChargeID, err)
+	}
+	return after, nil
+}
+
+// ChargeResolveSettle finishes an operator's resolve: the held charge is
+// settled as succeeded with the kept PaymentIntent (its Stripe charge id as
+// given) once every other one is refunded (RefundRecord), in one committed
+// transaction. A charge already settled by an earlier run is returned as it
+// is.
+func (l *Ledger) ChargeResolveSettle(ctx context.Context, job ChargeResolveJob, stripeChargeID string) (*Charge, error) {
+	var charge *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, job.ChargeID))
+		if err != nil {
+			return fmt.Errorf("error locking charge: %w", err)
+		}
+		if c.Status != ChargeHeld {
+			charge = c
+			return nil
+		}
+		charge, err = scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET status = 'succeeded', stripe_payment_intent_id = $2, stripe_charge_id = coalesce($3, stripe_charge_id),
+       resolved_by = $4, updated_at = $5
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, job.KeepPaymentIntent, nullString(stripeChargeID), job.Actor, now))
+		if err != nil {
+			return fmt.Errorf("error settling: %w", err)
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, charge.Status, job.Actor,
+			fmt.Sprintf("resolved: kept %s, refunded every other PaymentIntent carrying the key", job.KeepPaymentIntent)); err != nil {
+			return err
+		}
+		if charge, err = chargeSpendTx(ctx, tx, charge); err != nil {
+			return err
+		}
+		_, err = operatorActionTx(ctx, tx, now, OperatorAction{Action: ActionResolve, ChargeID: &c.ID, Actor: job.Actor,
+			Reason: fmt.Sprintf("resolve %d carried out", job.ActionID), StatusBefore: &c.Status, StatusAfter: &charge.Status,
+			Detail: map[string]any{"keep_payment_intent": job.KeepPaymentIntent, "state": "done", "request": job.ActionID}})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error settling resolve of charge %d: %w", job.ChargeID, err)
+	}
+	return charge, nil
+}

@@ -1,0 +1,145 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The per-period budget (TALLY_PERIOD_BUDGET_CENTS): per period label and
+// currency, billing.period_spend holds the amounts of charges in flight plus
+// those that succeeded. A charge reserves its amount in the claim that first
+// lets it call Stripe (chargeGuardsTx), atomically under the spend row's lock,
+// and releases it when it fails or is canceled; a success keeps it.
+
+// chargeSpendTx keeps the period's spend in step with a charge that just
+// changed status: a failed or canceled charge releases its reservation; a
+// succeeded one that had none (a late success, a resolve) takes it, whatever
+// the budget, since the money moved. It returns the charge as stored.
+func chargeSpendTx(ctx context.Context, tx pgx.Tx, c *Charge) (*Charge, error) {
+	switch {
+	case c.BudgetReserved && (c.Status == ChargeFailed || c.Status == ChargeCanceled):
+		return chargeSpendSetTx(ctx, tx, c, false)
+	case !c.BudgetReserved && c.Status == ChargeSucceeded:
+		return chargeSpendSetTx(ctx, tx, c, true)
+	}
+	return c, nil
+}
+
+// chargeSpendSetTx reserves (reserve) or releases c's amount in its period's
+// spend and marks the charge.
+func chargeSpendSetTx(ctx context.Context, tx pgx.Tx, c *Charge, reserve bool) (*Charge, error) {
+	// A release updates the row its reservation made (an INSERT of a
+	// negative amount would fail the row's CHECK before meeting the conflict).
+	query := `
+INSERT INTO billing.period_spend AS s (period, currency, reserved_cents) VALUES ($1, $2, $3)
+ON CONFLICT (period, currency) DO UPDATE SET reserved_cents = s.reserved_cents + excluded.reserved_cents`
+	if !reserve {
+		query = `UPDATE billing.period_spend SET reserved_cents = reserved_cents - $3 WHERE period = $1 AND currency = $2`
+	}
+	if _, err := tx.Exec(ctx, query, c.Period, c.Currency, c.AmountCents); err != nil {
+		return nil, fmt.Errorf("error updating spend of %s %s: %w", c.Period, c.Currency, err)
+	}
+	updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET budget_reserved = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, reserve))
+	if err != nil {
+		return nil, fmt.Errorf("error marking budget of charge %d: %w", c.ID, err)
+	}
+	return updated, nil
+}
+
+// anomalyHistory and anomalyHistoryMin: the anomaly guard compares a charge
+// with the median of the customer's last anomalyHistory succeeded charges,
+// and needs at least anomalyHistoryMin of them.
+const (
+	anomalyHistory    = 6
+	anomalyHistoryMin = 3
+)
+
+// chargeGuardsTx checks the guards of a charge that is about to call Stripe
+// for the first time (not yet counted in its period's spend), in the claim's
+// transaction: the customer's max_charge_cents, the anomaly guard and the
+// period budget. It returns the reason to hold the charge with and its detail,
+// or "" after reserving the charge's amount in the period's spend. An
+// approved charge skips the guards (the operator's decision) but is counted.
+func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (HeldReason, string, *Charge, error) {
+	if c.ApprovedAt == nil {
+		var maxCharge *int64
+		if err := tx.QueryRow(ctx, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`,
+			c.CustomerID).Scan(&maxCharge); err != nil {
+			return "", "", nil, fmt.Errorf("error reading customer cap: %w", err)
+		}
+		if maxCharge != nil && c.AmountCents > *maxCharge {
+			return HeldOverCustomerCap, fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *maxCharge), c, nil
+		}
+		if f := l.config.AnomalyFactor; f > 0 {
+			median, n, err := chargeMedianTx(ctx, tx, c)
+			if err != nil {
+				return "", "", nil, err
+			}
+			if n >= anomalyHistoryMin && float64(c.AmountCents) > f*float64(median) {
+				return HeldAnomaly, fmt.Sprintf("amount %d is more than %g × %d, the median of the customer's last %d succeeded charges",
+					c.AmountCents, f, median, n), c, nil
+			}
+		}
+	}
+	var reserved int64
+	err := tx.QueryRow(ctx, `
+INSERT INTO billing.period_spend AS s (period, currency) VALUES ($1, $2)
+ON CONFLICT (period, currency) DO UPDATE SET reserved_cents = s.reserved_cents
+RETURNING reserved_cents`, c.Period, c.Currency).Scan(&reserved) // locks the spend row
+	if err != nil {
+		return "", "", nil, fmt.Errorf("error locking spend of %s %s: %w", c.Period, c.Currency, err)
+	}
+	if b := l.config.PeriodBudgetCents; b > 0 && c.ApprovedAt == nil && reserved+c.AmountCents > b {
+		return HeldOverPeriodBudget, fmt.Sprintf("amount %d would bring %s spend in %s to %d, over the budget of %d",
+			c.AmountCents, c.Period, c.Currency, reserved+c.AmountCents, b), c, nil
+	}
+	c, err = chargeSpendSetTx(ctx, tx, c, true)
+	return "", "", c, err
+}
+
+// chargeMedianTx returns the median amount of the customer's last
+// anomalyHistory succeeded charges before c, and how many there were.
+func chargeMedianTx(ctx context.Context, tx pgx.Tx, c *Charge) (int64, int, error) {
+	rows, err := tx.Query(ctx, `
+SELECT amount_cents FROM billing.charges
+WHERE customer_id = $1 AND status = 'succeeded' AND id <> $2
+ORDER BY period_starts_at DESC, id DESC LIMIT $3`, c.CustomerID, c.ID, anomalyHistory)
+	if err != nil {
+		return 0, 0, fmt.Errorf("error reading the customer's charges: %w", err)
+	}
+	amounts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || len(amounts) == 0 {
+		return 0, 0, err
+	}
+	sort.Slice(amounts, func(i, j int) bool { return amounts[i] < amounts[j] })
+	n := len(amounts)
+	if n%2 == 1 {
+		return amounts[n/2], n, nil
+	}
+	return (amounts[n/2-1] + amounts[n/2]) / 2, n, nil
+}
+
+// PeriodSpend is what a period's charges reserve in one currency.
+type PeriodSpend struct {
+	Period        string
+	Currency      string
+	ReservedCents int64
+}
+
+// PeriodSpendGet returns the spend of period in currency (zero when nothing
+// was reserved).
+func (l *Ledger) PeriodSpendGet(ctx context.Context, period, currency string) (*PeriodSpend, error) {
+	s := &PeriodSpend{Period: period, Currency: currency}
+	err := l.pool.QueryRow(ctx, `SELECT reserved_cents FROM billing.period_spend WHERE period = $1 AND currency = $2`,
+		period, currency).Scan(&s.ReservedCents)
+	if err != nil && err != pgx.ErrNoRows {
+		return nil, fmt.Errorf("error reading spend of %s %s: %w", period, currency, err)
+	}
+	return s, nil
+}
+
+
