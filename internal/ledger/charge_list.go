@@ -17,9 +17,9 @@ const (
 // ChargeListParams filter and page ChargeList.
 type ChargeListParams struct {
 	Status     ChargeStatus // optional: only charges in this status
-	CustomerID string // optional: only this customer's charges
-	AfterID    int64  // cursor: only charges with a smaller id (newest first)
-	Limit      int    // default ChargeListLimitDefault, at most ChargeListLimitMax
+	CustomerID string       // optional: only this customer's charges
+	AfterID    int64        // cursor: only charges with a smaller id (newest first)
+	Limit      int          // default ChargeListLimitDefault, at most ChargeListLimitMax
 }
 
 // ChargeList returns charges newest first, one page at a time, and whether

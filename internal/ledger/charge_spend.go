@@ -141,5 +141,3 @@ func (l *Ledger) PeriodSpendGet(ctx context.Context, period, currency string) (*
 	}
 	return s, nil
 }
-
-
