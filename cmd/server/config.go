@@ -37,7 +37,8 @@ type config struct {
 	Workers              int
 	Cadence              ledger.Cadence
 	CloseGrace           time.Duration
-	PeriodBudgetCents    *int64
+	PeriodBudgetCents    int64
+	AnomalyFactor        float64
 	StripeKeyWindow      time.Duration
 	RetryMaxDelay        time.Duration
 	ReconcileInterval    time.Duration
@@ -132,9 +133,15 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		bad("TALLY_PERIOD", "%v", err)
 	}
 	c.Cadence = cadence
-	if v := get("TALLY_PERIOD_BUDGET_CENTS", ""); v != "" {
-		n := integer("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62)
-		c.PeriodBudgetCents = &n
+	c.PeriodBudgetCents = integer("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62)
+	c.AnomalyFactor = ledger.AnomalyFactorDefault
+	if v := get("TALLY_ANOMALY_FACTOR", ""); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 1e6 || f != f {
+			bad("TALLY_ANOMALY_FACTOR", "%q is not a number between 0 (off) and 1000000, such as 10", v)
+		} else {
+			c.AnomalyFactor = f
+		}
 	}
 	switch v := strings.ToLower(get("TALLY_ALLOW_LIVE_SECRET_KEY", "false")); v {
 	case "true", "1", "yes":

@@ -48,6 +48,7 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_LOG_LEVEL", map[string]string{"TALLY_LOG_LEVEL": "loud"}},
 			{"TALLY_PERIOD", map[string]string{"TALLY_PERIOD": "week"}},
 			{"TALLY_PERIOD_BUDGET_CENTS", map[string]string{"TALLY_PERIOD_BUDGET_CENTS": "-5"}},
+			{"TALLY_ANOMALY_FACTOR", map[string]string{"TALLY_ANOMALY_FACTOR": "ten"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "foo"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "api,foo"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": ","}},
@@ -74,7 +75,8 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 50, c.Workers)
 		require.Equal(t, ledger.CadenceMonth, c.Cadence)
 		require.Equal(t, time.Hour, c.CloseGrace)
-		require.Nil(t, c.PeriodBudgetCents)
+		require.Zero(t, c.PeriodBudgetCents)
+		require.Equal(t, ledger.AnomalyFactorDefault, c.AnomalyFactor)
 		require.Equal(t, 23*time.Hour, c.StripeKeyWindow)
 		require.Equal(t, "rk_test_123", c.StripeAPIKey)
 		require.Empty(t, c.StripeAPIBase)
@@ -147,7 +149,7 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 7, c.Workers)
 		require.Equal(t, ledger.CadenceHour, c.Cadence)
 		require.Equal(t, 15*time.Minute, c.CloseGrace)
-		require.Equal(t, int64(100000), *c.PeriodBudgetCents)
+		require.Equal(t, int64(100000), c.PeriodBudgetCents)
 		require.Equal(t, 20*time.Hour, c.StripeKeyWindow)
 		require.Equal(t, "http://127.0.0.1:12111", c.StripeAPIBase)
 		require.Equal(t, "whsec_x", c.StripeWebhookSecret)

@@ -46,11 +46,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	l, err := ledger.New(pool, ledger.Config{
-		Cadence:         cfg.Cadence,
-		CloseGrace:      cfg.CloseGrace,
-		StripeKeyWindow: cfg.StripeKeyWindow,
-		Scheduler:       jobs.Scheduler{Client: inserter},
-		Logger:          logger,
+		Cadence:           cfg.Cadence,
+		CloseGrace:        cfg.CloseGrace,
+		StripeKeyWindow:   cfg.StripeKeyWindow,
+		PeriodBudgetCents: cfg.PeriodBudgetCents,
+		AnomalyFactor:     cfg.AnomalyFactor,
+		Scheduler:         jobs.Scheduler{Client: inserter},
+		Logger:            logger,
 	})
 	if err != nil {
 		return err
