@@ -189,6 +189,11 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
 // it first), and with ConflictChargeNotCancelable any other status.
 func (l *Ledger) ChargeCancel(ctx context.Context, p ChargeActionParams) (*Charge, error) {
 	return l.chargeAction(ctx, ActionCancel, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+		if c.Status == ChargeUnknown || c.Status == ChargeProcessing {
+			return nil, &ConflictError{Code: ConflictChargeOutcomeUnknown, Detail: fmt.Sprintf(
+				"charge %d is %s: money may have moved; reconcile it first (billingctl reconcile --customer %s --period %s)",
+				c.ID, c.Status, c.CustomerID, c.Period)}
+		}
 		if c.Status != ChargeHeld && c.Status != ChargePending {
 			return nil, &ConflictError{Code: ConflictChargeNotCancelable, Detail: fmt.Sprintf(
 				"charge %d is %s; only a held or pending charge can be canceled", c.ID, c.Status)}

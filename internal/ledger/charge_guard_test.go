@@ -299,7 +299,7 @@ func TestChargeOperatorActions(t *testing.T) {
 		_, err = b.Ledger.ChargeRecordOutcome(ctx, cl, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
 		require.NoError(t, err)
 		_, err = b.Ledger.ChargeCancel(ctx, act(unknown.ID))
-		conflict(t, err, ledger.ConflictChargeNotCancelable)
+		conflict(t, err, ledger.ConflictChargeOutcomeUnknown)
 		require.Equal(t, int64(500), spend(t, ctx, b))
 
 		canceled, err := b.Ledger.ChargeCancel(ctx, act(never.ID))
