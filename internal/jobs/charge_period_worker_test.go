@@ -72,6 +72,7 @@ func (fastRetry) NextRetry(*rivertype.JobRow) time.Time {
 }
 
 type setupOpts struct {
+	ledger        ledger.Config // guards, for instance
 	crashAt       string
 	stripeTimeout time.Duration
 	webhooks      bool // the simulator sends signed webhooks to Tally's API
@@ -83,7 +84,7 @@ const webhookSecret = "whsec_test_tally"
 func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	t.Helper()
 	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	b := ledgertest.New(t, opts.ledger)
 	simConfig := stripesim.Config{Now: b.Clock.Now, WebhookSecret: webhookSecret}
 	if opts.webhooks {
 		apiSrv := httptest.NewServer(api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, webhookSecret))

@@ -1,0 +1,141 @@
+package jobs_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/tally-billing/tally/internal/ledger"
+)
+
+// TestPeriodBudgetRace: three worker replicas race 50 charges of 100 cents
+// against a budget of 2,000. Exactly 20 are charged and 30 held, never 21.
+func TestPeriodBudgetRace(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{ledger: ledger.Config{PeriodBudgetCents: 2_000}})
+	b.startWorker(t, ctx)
+	b.startWorker(t, ctx)
+	const n = 50
+	for i := range n {
+		b.customerWithEvents(t, ctx, fmt.Sprintf("c%02d", i), 60, 40)
+	}
+	for i := range n {
+		_, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: fmt.Sprintf("c%02d", i), Period: "2026-11",
+			Actor: "operator:test", RunChargeJobNow: true})
+		require.NoError(t, err)
+	}
+	counts := map[ledger.ChargeStatus]int{}
+	for i := range n {
+		c := b.waitCharge(t, ctx, fmt.Sprintf("c%02d", i), func(c *ledger.Charge) bool {
+			return c.Status == ledger.ChargeSucceeded || c.Status == ledger.ChargeHeld
+		})
+		counts[c.Status]++
+		if c.Status == ledger.ChargeHeld {
+			require.Equal(t, ledger.HeldOverPeriodBudget, *c.HeldReason)
+		}
+	}
+	require.Equal(t, map[ledger.ChargeStatus]int{ledger.ChargeSucceeded: 20, ledger.ChargeHeld: 30}, counts)
+	require.Len(t, b.sim.PaymentIntentList(), 20, "never a 21st")
+	s, err := b.Ledger.PeriodSpendGet(ctx, "2026-11", "usd")
+	require.NoError(t, err)
+	require.Equal(t, int64(2_000), s.ReservedCents)
+}
+
+// TestKillSwitch: charging paused through one replica stops every replica
+// before any PaymentIntent; resumed, every charge completes.
+func TestKillSwitch(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.startWorker(t, ctx) // a second replica
+	st, err := b.Ledger.ChargingPause(ctx, "operator:ops/tly_1", "incident 42")
+	require.NoError(t, err)
+	require.True(t, st.Paused)
+
+	const n = 6
+	for i := range n {
+		b.customerWithEvents(t, ctx, fmt.Sprintf("c%d", i), 100)
+		b.closeNow(t, ctx, fmt.Sprintf("c%d", i))
+	}
+	// Give both replicas time to fetch (they must not), bounded.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		require.Empty(t, b.sim.PaymentIntentList(), "no money moves while paused")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Zero(t, b.sim.Stats().Requests["POST /v1/payment_intents"]["succeeded"])
+	require.Equal(t, int64(n), b.Count(t, `SELECT count(*) FROM billing.charges WHERE status = 'pending' AND attempt_count = 0`))
+
+	_, err = b.Ledger.ChargingResume(ctx, "operator:ops/tly_1", "incident over")
+	require.NoError(t, err)
+	for i := range n {
+		b.waitCharge(t, ctx, fmt.Sprintf("c%d", i), statusIs(ledger.ChargeSucceeded))
+	}
+	require.Len(t, b.sim.PaymentIntentList(), n)
+}
+
+// TestChargeResolve: a double charge is resolved by keeping one
+// PaymentIntent and refunding the other, once, however often it runs.
+func TestChargeResolveDoubleCharge(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	total := b.customerWithEvents(t, ctx, "acme", 700)
+	keep := b.lostCall(t, ctx, "acme", total)
+	other := b.lostCall(t, ctx, "acme", total)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+	require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
+
+	for range 2 { // a resolve asked twice refunds once
+		_, err := b.Ledger.ChargeResolveRequest(ctx, ledger.ChargeResolveRequestParams{
+			ChargeActionParams: ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "customer called"},
+			KeepPaymentIntent:  keep.ID,
+		})
+		if err != nil {
+			var ce *ledger.ConflictError
+			require.ErrorAs(t, err, &ce, "the second may come after the first settled")
+		}
+	}
+	c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, keep.ID, *c.StripePaymentIntentID)
+	require.Equal(t, "operator:ops/tly_1", *c.ResolvedBy)
+	b.waitJobsFinalized(t)
+	deadline := time.Now().Add(waitTimeout)
+	for b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_resolve' AND finalized_at IS NULL`) > 0 {
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(50 * time.Millisecond)
+	}
+	refunds := b.sim.RefundList()
+	require.Len(t, refunds, 1, "exactly one refund")
+	require.Equal(t, other.ID, refunds[0].PaymentIntent.ID)
+	require.Equal(t, stripe.RefundStatusSucceeded, refunds[0].Status)
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.refunds WHERE charge_id = $1 AND stripe_payment_intent_id = $2`, c.ID, other.ID))
+	actions, err := b.Ledger.ChargeActions(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ActionResolve, actions[len(actions)-1].Action)
+	require.Equal(t, ledger.ChargeSucceeded, *actions[len(actions)-1].StatusAfter)
+}
+
+// TestChargeApproveCharges: a charge held over its customer's cap is charged
+// once an operator approves it.
+func TestChargeApproveCharges(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 700)
+	limit := int64(500)
+	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
+	require.NoError(t, err)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+	require.Equal(t, ledger.HeldOverCustomerCap, *c.HeldReason)
+	b.waitJobsFinalized(t)
+	require.Empty(t, b.sim.PaymentIntentList())
+
+	_, err = b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "one-off migration month"})
+	require.NoError(t, err)
+	c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, int64(700), c.AmountCents)
+	require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+}
