@@ -9,6 +9,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripesim"
 )
 
 // TestPeriodBudgetRace: three worker replicas race 50 charges of 100 cents
@@ -137,5 +138,29 @@ func TestChargeApproveCharges(t *testing.T) {
 	require.NoError(t, err)
 	c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 	require.Equal(t, int64(700), c.AmountCents)
+	require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+}
+
+// TestChargeApproveAfterIdempotencyError: Stripe keeps the charge's key with
+// other parameters (a stored 500, then the parameters changed); the approved
+// charge looks at Stripe, finds nothing, and charges once with its next key.
+func TestChargeApproveAfterIdempotencyError(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 700)
+	b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
+	charge := b.closeNow(t, ctx, "acme")
+	b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
+	// A bug changes the parameters under the stored key.
+	_, err := b.Pool.Exec(ctx, `UPDATE billing.charges SET amount_cents = amount_cents + 1 WHERE id = $1`, charge.ID)
+	require.NoError(t, err)
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+	require.Equal(t, ledger.HeldIdempotencyError, *c.HeldReason)
+	require.Empty(t, b.sim.PaymentIntentList())
+
+	_, err = b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "amount corrected"})
+	require.NoError(t, err)
+	c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, 1, c.KeyGeneration)
 	require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
 }

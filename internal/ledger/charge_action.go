@@ -150,8 +150,10 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 // approved (the guards — cap, budget, anomaly — are waived for it: that is the
 // operator's explicit decision) and marked for a look-up at Stripe before its
 // next call, and its charge job runs now; it then charges with the same key
-// rules as any charge. It refuses with ConflictChargeNotHeld a charge that is
-// not held, or held for a double charge or a mismatching PaymentIntent
+// rules as any charge. A charge held for idempotency_error (Stripe keeps its
+// key with other parameters) moves to its next key generation. It refuses
+// with ConflictChargeNotHeld a charge that is not held, or held for a double
+// charge or a mismatching PaymentIntent
 // (those are resolved: ChargeResolveRequest).
 func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Charge, error) {
 	return l.chargeAction(ctx, ActionApprove, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
@@ -163,9 +165,20 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 				"charge %d is held for %s: money already moved for it; resolve it instead (POST /v1/charges/%d/resolve with keep_payment_intent)",
 				c.ID, *c.HeldReason, c.ID)}
 		}
+		// Stripe keeps this key with other parameters: the next call needs
+		// the next key generation. Safe: the request stored under the key has
+		// finished (Stripe answered idempotency_error, not key in use), so the
+		// look-up before the call sees any PaymentIntent it created.
+		gen := c.KeyGeneration
+		if *c.HeldReason == HeldIdempotencyError {
+			gen++
+		}
 		updated, err := scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $2
-WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+UPDATE billing.charges
+SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $2,
+    key_generation = $3, idempotency_key = CASE WHEN $3 = key_generation THEN idempotency_key ELSE $4 END,
+    generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, ChargeIdempotencyKey(c.CustomerID, c.Period, gen)))
 		if err != nil {
 			return nil, fmt.Errorf("error approving: %w", err)
 		}
