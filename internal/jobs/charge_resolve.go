@@ -89,6 +89,13 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 		if pi.ID == keep.ID || pi.Status != stripe.PaymentIntentStatusSucceeded {
 			continue
 		}
+		// The kill switch stops refunds too, even in a run already going.
+		if st, err := w.ledger.ChargingGet(ctx); err != nil || st.Paused {
+			if err != nil {
+				return err
+			}
+			return river.JobSnooze(chargingPausedSnooze)
+		}
 		params := &stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Reason: stripe.String(string(stripe.RefundReasonDuplicate))}
 		params.AddMetadata("tally_charge_key", c.ChargeKey)
 		params.AddMetadata("charge_id", strconv.FormatInt(c.ID, 10))

@@ -82,8 +82,10 @@ func (r HeldReason) Exit(chargeID int64) string {
 	switch r {
 	case HeldDoubleCharge, HeldPaymentIntentMismatch:
 		return fmt.Sprintf("billingctl charges resolve %d --keep pi_… --reason \"…\" (keeps one PaymentIntent, refunds the others)", chargeID)
-	case HeldIdempotencyError, HeldUnexpectedStatus:
-		return fmt.Sprintf("billingctl reconcile, then billingctl charges approve %d --reason \"…\" or charges cancel %d --reason \"…\"", chargeID, chargeID)
+	case HeldIdempotencyError:
+		return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (looks at Stripe, then calls with the next key)", chargeID)
+	case HeldUnexpectedStatus:
+		return fmt.Sprintf("settle the PaymentIntent in Stripe (capture or cancel it), then billingctl charges approve %d --reason \"…\" (its look-up takes the PaymentIntent's outcome)", chargeID)
 	}
 	return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (charge it anyway) or billingctl charges cancel %d --reason \"…\"", chargeID, chargeID)
 }
