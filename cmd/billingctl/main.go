@@ -9,6 +9,23 @@
 //	billingctl recover --reason R [--dry-run]           after a restore or a lossy failover: mark every
 //	                                                    charge that may still call Stripe for a look-up
 //	                                                    first, reconcile every unconfirmed charge, report
+//	billingctl charges list [--status S] [--customer C] [--limit N] [--after ID]
+//	                                                    list charges, newest first
+//	billingctl charges show ID                          a charge, its Stripe attempts, status transitions
+//	                                                    and operator actions
+//	billingctl charges approve ID --reason R            a held charge: charge it anyway (guards waived)
+//	billingctl charges cancel ID --reason R             a held or pending charge no money moved for:
+//	                                                    never charge it
+//	billingctl charges resolve ID --keep PI --reason R  a double charge: keep PI, refund the others (a job)
+//	billingctl charging pause|resume --reason R         the kill switch: stop or restart charging on
+//	                                                    every replica
+//	billingctl charging status                          whether charging is paused, since when, by whom, why
+//
+// Approve, cancel, resolve, pause and resume are recorded in the audit log
+// (billing.operator_actions) with the actor cli:<os user> and the reason;
+// the ledger's refusals (a charge that is not held, whose money may have
+// moved, or that a worker is charging right now) are printed as they are,
+// with a non-zero exit. docs/operations.md says what each held reason means.
 //
 // The database comes from DATABASE_URL.
 package main
@@ -21,6 +38,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/tally-billing/tally/internal/jobs"
@@ -41,7 +59,16 @@ const usage = `usage:
   billingctl redrive [--customer C] [--period P] [--job ID] [--kind charge_period|stripe_event] [--dry-run]
   billingctl reconcile --customer C --period P   (needs STRIPE_API_KEY, STRIPE_API_BASE)
   billingctl recover --reason "restored the 03:00 backup" [--dry-run]   (needs STRIPE_API_KEY)
+  billingctl charges list [--status S] [--customer C] [--limit N] [--after ID]
+  billingctl charges show ID
+  billingctl charges approve ID --reason R
+  billingctl charges cancel ID --reason R
+  billingctl charges resolve ID --keep pi_… --reason R
+  billingctl charging pause --reason R
+  billingctl charging resume --reason R
+  billingctl charging status
 scopes: usage:write, customers:write, billing:read, admin
+statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled
 database: DATABASE_URL`
 
 // run dispatches a command. Anything meant for a pipe (a secret) goes to
@@ -49,7 +76,7 @@ database: DATABASE_URL`
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if len(args) < 1 || (args[0] == "apikey" && len(args) < 2) {
+	if len(args) < 1 || (slices.Contains([]string{"apikey", "charges", "charging"}, args[0]) && len(args) < 2) {
 		return errors.New(usage)
 	}
 	url := getenv("DATABASE_URL")
@@ -78,10 +105,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcile(ctx, l, getenv, args[1:], stdout, stderr)
 	case "recover":
 		return recoverAfterLoss(ctx, l, getenv, args[1:], stdout, stderr)
-	case "apikey":
+	case "apikey", "charges", "charging":
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
+	actor := cliActor(getenv)
 	switch args[0] + " " + args[1] {
 	case "apikey create":
 		return apiKeyCreate(ctx, l, args[2:], stdout, stderr)
@@ -89,6 +117,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return apiKeyList(ctx, l, stdout)
 	case "apikey revoke":
 		return apiKeyRevoke(ctx, l, args[2:], stderr)
+	case "charges list":
+		return chargeList(ctx, l, args[2:], stdout, stderr)
+	case "charges show":
+		return chargeShow(ctx, l, args[2:], stdout, stderr)
+	case "charges approve":
+		return chargeApprove(ctx, l, actor, args[2:], stdout, stderr)
+	case "charges cancel":
+		return chargeCancel(ctx, l, actor, args[2:], stdout, stderr)
+	case "charges resolve":
+		return chargeResolve(ctx, l, actor, args[2:], stdout, stderr)
+	case "charging pause":
+		return chargingPause(ctx, l, actor, args[2:], stdout, stderr)
+	case "charging resume":
+		return chargingResume(ctx, l, actor, args[2:], stdout, stderr)
+	case "charging status":
+		return chargingStatus(ctx, l, args[2:], stdout)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0]+" "+args[1], usage)
 }

@@ -102,7 +102,7 @@ func recoverAfterLoss(ctx context.Context, l *ledger.Ledger, getenv func(string)
 	if err != nil {
 		return err
 	}
-	items, err := jobs.Recover(ctx, l, stripe, jobs.RecoverParams{Actor: "operator:billingctl", Reason: *reason, DryRun: *dryRun})
+	items, err := jobs.Recover(ctx, l, stripe, jobs.RecoverParams{Actor: cliActor(getenv), Reason: *reason, DryRun: *dryRun})
 	counts := map[string]int{}
 	marked, failed := 0, 0
 	for _, it := range items {

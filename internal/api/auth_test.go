@@ -118,12 +118,17 @@ func TestAuth(t *testing.T) {
 		requireScope(http.MethodPost, "/v1/usage-events", eventJSON("e1", 100), ledger.ScopeUsageWrite)
 		requireScope(http.MethodPost, "/v1/usage-events/batch", `{"events":[`+eventJSON("e2", 100)+`]}`, ledger.ScopeUsageWrite)
 		requireScope(http.MethodPost, "/v1/customers/acme/periods/2026-11/close", "", ledger.ScopeAdmin)
+		chargeID := b.Count(t, "SELECT id FROM billing.charges")
+		requireScope(http.MethodPost, fmt.Sprintf("/v1/charges/%d/cancel", chargeID), `{"reason":"scope test"}`, ledger.ScopeAdmin)
+		requireScope(http.MethodPost, "/v1/admin/charging/pause", `{"reason":"scope test"}`, ledger.ScopeAdmin)
+		requireScope(http.MethodPost, "/v1/admin/charging/resume", `{"reason":"scope test"}`, ledger.ScopeAdmin)
+		requireScope(http.MethodGet, "/v1/admin/charging", "", ledger.ScopeAdmin)
 		requireScope(http.MethodGet, "/v1/customers/acme", "", ledger.ScopeBillingRead)
 		requireScope(http.MethodGet, "/v1/customers/acme/periods", "", ledger.ScopeBillingRead)
 		requireScope(http.MethodGet, "/v1/customers/acme/periods/2026-11", "", ledger.ScopeBillingRead)
 		requireScope(http.MethodGet, "/v1/charges", "", ledger.ScopeBillingRead)
-		chargeID := b.Count(t, "SELECT id FROM billing.charges")
 		requireScope(http.MethodGet, fmt.Sprintf("/v1/charges/%d", chargeID), "", ledger.ScopeBillingRead)
+		// Approve and resolve need a held charge: TestChargeActionAuth.
 	})
 
 	t.Run("SchemeIsCaseInsensitive", func(t *testing.T) {

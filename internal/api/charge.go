@@ -103,8 +103,43 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	})
 }
 
-// handleChargeGet returns one charge with every Stripe call made for it and
-// every status change with who made it.
+// chargeID returns the request's {id}, or a *ledger.ValidationError when it
+// is not a whole number.
+func chargeID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		return 0, &ledger.ValidationError{Fields: map[string]string{"id": "must be a charge id, a whole number"}}
+	}
+	return id, nil
+}
+
+// operatorActionResponse is one operator action on a charge (approve,
+// cancel, resolve) as the API shows it.
+type operatorActionResponse struct {
+	Action       string         `json:"action"`
+	Actor        string         `json:"actor"`
+	Reason       string         `json:"reason"`
+	StatusBefore *string        `json:"status_before"`
+	StatusAfter  *string        `json:"status_after"`
+	Detail       map[string]any `json:"detail"`
+	At           time.Time      `json:"at"`
+}
+
+func newOperatorActionResponse(a *ledger.OperatorAction) operatorActionResponse {
+	detail := a.Detail
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	return operatorActionResponse{
+		Action: a.Action, Actor: a.Actor, Reason: a.Reason, StatusBefore: (*string)(a.StatusBefore),
+		StatusAfter: (*string)(a.StatusAfter), Detail: detail, At: a.CreatedAt,
+	}
+}
+
+// handleChargeGet returns one charge with every Stripe call made for it,
+// every status change with who made it, and every operator action on it
+// (approve, cancel, resolve: who, why, the status before and after), oldest
+// first.
 func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	type attempt struct {
 		Attempt               int        `json:"attempt"`
@@ -129,13 +164,14 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	}
 	type response struct {
 		chargeResponse
-		Attempts    []attempt    `json:"attempts"`
-		Transitions []transition `json:"transitions"`
+		Attempts    []attempt                `json:"attempts"`
+		Transitions []transition             `json:"transitions"`
+		Actions     []operatorActionResponse `json:"actions"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		id, err := chargeID(r)
 		if err != nil {
-			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{"id": "must be a charge id, a whole number"}})
+			writeError(logger, w, r, err)
 			return
 		}
 		c, err := l.ChargeGet(r.Context(), id)
@@ -148,7 +184,13 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			writeError(logger, w, r, err)
 			return
 		}
-		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{}}
+		actions, err := l.ChargeActions(r.Context(), id)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{},
+			Actions: make([]operatorActionResponse, 0, len(actions))}
 		for _, a := range attempts {
 			resp.Attempts = append(resp.Attempts, attempt{
 				Attempt: a.Attempt, KeyGeneration: a.KeyGeneration, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
@@ -159,6 +201,9 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		}
 		for _, t := range transitions {
 			resp.Transitions = append(resp.Transitions, transition{From: t.FromStatus, To: t.ToStatus, Actor: t.Actor, Reason: t.Reason, At: t.CreatedAt})
+		}
+		for _, a := range actions {
+			resp.Actions = append(resp.Actions, newOperatorActionResponse(a))
 		}
 		encode(w, http.StatusOK, resp)
 	})

@@ -82,10 +82,13 @@ func withAccessLog(logger *slog.Logger, next http.Handler) http.Handler {
 type ctxKeyHolder struct{}
 
 // actorFrom names the operator behind a request for the ledger's audit
-// columns: operator:<key prefix>.
+// columns (transitions, operator actions): operator:<key name>/<key prefix>,
+// such as operator:ops-alice/tly_0a1b2c3d4e. The name says who; the prefix
+// tells apart keys that share a name. A request that reached no key (which
+// requireScope prevents) is operator:unknown.
 func actorFrom(r *http.Request) string {
 	if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok && h.key != nil {
-		return "operator:" + h.key.Prefix
+		return "operator:" + h.key.Name + "/" + h.key.Prefix
 	}
 	return "operator:unknown"
 }

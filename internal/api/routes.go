@@ -23,6 +23,13 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("GET /v1/charges", auth(ledger.ScopeBillingRead, handleChargeList(logger, l)))
 	mux.Handle("GET /v1/charges/{id}", auth(ledger.ScopeBillingRead, handleChargeGet(logger, l)))
+	mux.Handle("POST /v1/charges/{id}/approve", auth(ledger.ScopeAdmin, handleChargeApprove(logger, l)))
+	mux.Handle("POST /v1/charges/{id}/cancel", auth(ledger.ScopeAdmin, handleChargeCancel(logger, l)))
+	mux.Handle("POST /v1/charges/{id}/resolve", auth(ledger.ScopeAdmin, handleChargeResolve(logger, l)))
+
+	mux.Handle("GET /v1/admin/charging", auth(ledger.ScopeAdmin, handleChargingGet(logger, l)))
+	mux.Handle("POST /v1/admin/charging/pause", auth(ledger.ScopeAdmin, handleChargingPause(logger, l)))
+	mux.Handle("POST /v1/admin/charging/resume", auth(ledger.ScopeAdmin, handleChargingResume(logger, l)))
 
 	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l)))
 	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l)))

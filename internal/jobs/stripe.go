@@ -272,7 +272,7 @@ func (l stripeLogger) log(format string, v ...any) {
 
 // Debugf drops stripe-go's debug lines: they carry whole response bodies,
 // with each PaymentIntent's client_secret and the customer's card details.
-func (l stripeLogger) Debugf(string, ...any) {}
+func (l stripeLogger) Debugf(string, ...any)          {}
 func (l stripeLogger) Infof(format string, v ...any)  { l.log(format, v...) }
 func (l stripeLogger) Warnf(format string, v ...any)  { l.log(format, v...) }
 func (l stripeLogger) Errorf(format string, v ...any) { l.log(format, v...) }

@@ -176,6 +176,7 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 		updated, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
 SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $2,
+    held_reason = NULL, held_detail = NULL, held_at = NULL, held_alerted_at = NULL,
     key_generation = $3, idempotency_key = CASE WHEN $3 = key_generation THEN idempotency_key ELSE $4 END,
     generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END
 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, ChargeIdempotencyKey(c.CustomerID, c.Period, gen)))

@@ -22,8 +22,9 @@ var ErrChargingPaused = errors.New("charging is paused")
 type ChargingStatus struct {
 	Paused bool
 
-	// Since is when charging was paused or last resumed; By and Reason
-	// say who did it and why (empty when no operator ever did).
+	// Since is when charging was paused (River's own record) or last
+	// resumed; By and Reason say who did it and why (empty when no operator
+	// ever did).
 	Since  *time.Time
 	By     string
 	Reason string
@@ -56,21 +57,31 @@ func (l *Ledger) ChargingGet(ctx context.Context) (*ChargingStatus, error) {
 }
 
 func (l *Ledger) chargingGetTx(ctx context.Context, tx pgx.Tx) (*ChargingStatus, error) {
-	since, err := l.config.Scheduler.ChargingPausedTx(ctx, tx)
+	if l.config.Scheduler == nil {
+		return nil, errors.New("no scheduler configured: the kill switch lives in River's queue table")
+	}
+	pausedAt, err := l.config.Scheduler.ChargingPausedTx(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the kill switch: %w", err)
 	}
-	st := &ChargingStatus{Paused: since != nil, Since: since}
+	st := &ChargingStatus{Paused: pausedAt != nil, Since: pausedAt}
 	var action string
 	var at time.Time
+	var by, reason string
 	err = tx.QueryRow(ctx, `
 SELECT action, actor, reason, created_at FROM billing.operator_actions
-WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`).Scan(&action, &st.By, &st.Reason, &at)
+WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`).Scan(&action, &by, &reason, &at)
 	if err != nil && err != pgx.ErrNoRows {
 		return nil, fmt.Errorf("error reading the last pause or resume: %w", err)
 	}
-	if err == nil && (action == "charging_pause") == st.Paused {
-		st.Since = &at
+	switch {
+	case err == pgx.ErrNoRows:
+	case st.Paused && action == ActionChargingPause:
+		st.By, st.Reason = by, reason
+	case !st.Paused && action == ActionChargingResume:
+		st.By, st.Reason, st.Since = by, reason, &at
+	case st.Paused:
+		st.By = "outside Tally (River's queue was paused directly)"
 	}
 	return st, nil
 }
