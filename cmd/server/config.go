@@ -157,7 +157,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if c.has(roleWorker) {
 		switch key := c.StripeAPIKey; {
 		case key == "":
-			bad("STRIPE_API_KEY", "is required by the worker role; use a restricted key (rk_…) allowed to write PaymentIntents and read Customers")
+			bad("STRIPE_API_KEY", "is required by the worker role; use a restricted key (rk_…) allowed to write PaymentIntents and Refunds and read Customers")
 		case strings.HasPrefix(key, "sk_live_") && !c.AllowLiveSecretKey:
 			bad("STRIPE_API_KEY", "is an unrestricted live secret key; use a restricted key (rk_live_…), or set TALLY_ALLOW_LIVE_SECRET_KEY=true to accept the risk")
 		case !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_"):
