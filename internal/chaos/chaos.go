@@ -36,6 +36,10 @@ type run struct {
 	faultsMu sync.Mutex
 	faults   map[string]int
 
+	// pauseLeaks counts PaymentIntents created while charging was paused,
+	// after the grace for calls already past their claim: a violation.
+	pauseLeaks int
+
 	workTotal int
 	workDone  atomic.Int64 // units of work posted so far
 }
@@ -103,7 +107,7 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	r.dbURL = r.cluster.url("tally")
 	st, err := newStack(ctx, stackConfig{binDir: r.binDir, logDir: filepath.Join(r.cfg.WorkDir, "logs"),
-		dbURL: r.dbURL, apis: 2, workers: 3})
+		dbURL: r.dbURL, apis: 2, workers: 3, env: []string{fmt.Sprintf("TALLY_PERIOD_BUDGET_CENTS=%d", periodBudget)}})
 	if err != nil {
 		return err
 	}
@@ -217,6 +221,9 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.pauseLeaks > 0 {
+		violations = append(violations, fmt.Sprintf("%d PaymentIntents were created while charging was paused", r.pauseLeaks))
+	}
 	if quiet != nil {
 		violations = append([]string{quiet.Error()}, violations...)
 	}
@@ -261,14 +268,16 @@ func (r *run) produce(ctx context.Context, work []post) {
 }
 
 // milestones closes the oldest period once 45% of the work is posted,
-// restarts Postgres at 55%, and closes the middle period at 80% — the points
-// up to which planLoad placed most of each period's events.
+// pauses charging (the kill switch) at 47% while those charges run, restarts
+// Postgres at 55%, and closes the middle period at 80% — the points up to
+// which planLoad placed most of each period's events.
 func (r *run) milestones(ctx context.Context, customers []string, periods []time.Time) {
 	steps := []struct {
 		at float64
 		do func()
 	}{
 		{0.45, func() { r.closeAll(ctx, customers, periods[:1]) }},
+		{0.47, func() { r.killSwitch(ctx) }},
 		{0.55, func() {
 			r.logf("restarting Postgres")
 			if err := r.cluster.restart(context.Background()); err != nil {
@@ -289,6 +298,46 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 		}
 		s.do()
 	}
+}
+
+// killSwitch pauses charging with billingctl, checks that the simulator
+// records no new PaymentIntent once the calls already past their claim had
+// time to finish (pauseGrace), and resumes. A PaymentIntent created after the
+// grace is a violation, recorded in r.pauseLeaks.
+func (r *run) killSwitch(ctx context.Context) {
+	ctl := func(args ...string) error {
+		_, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, args...)
+		return err
+	}
+	if err := ctl("charging", "pause", "--reason", "chaos: kill switch drill"); err != nil {
+		r.logf("pause failed: %v", err)
+		return
+	}
+	r.fault("charging paused")
+	count := func() int {
+		pis, err := r.control.PaymentIntentList(context.WithoutCancel(ctx))
+		if err != nil {
+			return -1
+		}
+		return len(pis)
+	}
+	time.Sleep(pauseGrace)
+	before := count()
+	time.Sleep(pauseCheck)
+	after := count()
+	r.logf("charging paused: %d PaymentIntents after %s, %d after %s more", before, pauseGrace, after, pauseCheck)
+	if before >= 0 && after > before {
+		r.pauseLeaks = after - before
+	}
+	for err := ctl("charging", "resume", "--reason", "chaos: drill over"); err != nil; err = ctl("charging", "resume", "--reason", "chaos: drill over") {
+		r.logf("resume failed (retrying): %v", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	r.fault("charging resumed")
 }
 
 // closeAll closes the given periods of every customer through the admin API

@@ -152,5 +152,33 @@ FROM billing.charges`)
 			bad("charge of %s/%s is still %s", k.customer, k.period, c.status)
 		}
 	}
+
+	// The period budget's spend is what the settled charges that moved money
+	// (or may have: held after a call) reserve, never above the budget.
+	rows, err = conn.Query(ctx, `
+SELECT s.period, s.currency, s.reserved_cents,
+       coalesce((SELECT sum(amount_cents) FROM billing.charges c
+                 WHERE c.period = s.period AND c.currency = s.currency
+                   AND (c.status = 'succeeded' OR (c.status = 'held' AND c.budget_reserved))), 0)::bigint
+FROM billing.period_spend s`)
+	if err != nil {
+		return nil, nil, err
+	}
+	for rows.Next() {
+		var period, currency string
+		var reserved, charged int64
+		if err := rows.Scan(&period, &currency, &reserved, &charged); err != nil {
+			return nil, nil, err
+		}
+		if reserved != charged {
+			bad("spend of %s %s is %d; its succeeded charges sum to %d", period, currency, reserved, charged)
+		}
+		if reserved > periodBudget {
+			bad("spend of %s %s is %d, over the budget of %d", period, currency, reserved, int64(periodBudget))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
 	return violations, byStatus, nil
 }

@@ -53,4 +53,16 @@ const (
 	retryMaxDelay     = 2 * time.Second
 	closeGrace        = 4 * time.Hour // the run's three hourly periods stay open until closed explicitly
 	webhookSecret     = "whsec_chaos"
+
+	// periodBudget is TALLY_PERIOD_BUDGET_CENTS: set, so every charge
+	// reserves and releases under the faults, but above any period's spend,
+	// so it holds none (the check compares the spend with the charges).
+	periodBudget = 1_000_000_000_000
+
+	// pauseGrace is how long after the kill switch a call already past its
+	// claim may still create a PaymentIntent (a look-up and a create, each
+	// up to the Stripe timeout, plus the injected latency); pauseCheck how
+	// long after that no new one may appear.
+	pauseGrace = 2*stripeTimeout + stripeLatency + time.Second
+	pauseCheck = 4 * time.Second
 )

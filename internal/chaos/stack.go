@@ -24,6 +24,8 @@ type stackConfig struct {
 	// simRetention is the simulator's idempotency retention; zero keeps
 	// Stripe's 24 h.
 	simRetention time.Duration
+	// env is added to every replica's environment (a budget, for instance).
+	env []string
 }
 
 // stack is the Tally processes of a run: the Stripe simulator and the API
@@ -79,6 +81,7 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		"STRIPE_TIMEOUT="+stripeTimeout.String(), "TALLY_STRIPE_KEY_WINDOW="+keyWindow.String(),
 		"TALLY_RECONCILE_INTERVAL="+reconcileInterval.String(), "TALLY_RECONCILE_AFTER="+reconcileAfter.String(),
 		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s")
+	common = append(common, sc.env...)
 	for i, url := range s.apiURLs {
 		s.apis = append(s.apis, &proc{name: fmt.Sprintf("api-%d", i), bin: filepath.Join(sc.binDir, "server"),
 			env:     append(append([]string{}, common...), "TALLY_ROLES=api", "TALLY_HTTP_ADDR="+strings.TrimPrefix(url, "http://")),
