@@ -65,7 +65,8 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 	if err != nil {
 		return err
 	}
-	if c.Status != ledger.ChargeHeld {
+	ownSucceeded := c.Status == ledger.ChargeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == args.KeepPaymentIntent
+	if c.Status != ledger.ChargeHeld && !ownSucceeded {
 		logger.InfoContext(ctx, "charge already resolved", slog.String("status", string(c.Status)))
 		return nil
 	}

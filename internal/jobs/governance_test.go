@@ -164,3 +164,40 @@ func TestChargeApproveAfterIdempotencyError(t *testing.T) {
 	require.Equal(t, 1, c.KeyGeneration)
 	require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
 }
+
+// TestChargeResolveSucceededCharge: a second PaymentIntent carrying the key
+// turns up after the charge succeeded; resolve keeps the charge's own and
+// refunds the other.
+func TestChargeResolveSucceededCharge(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	total := b.customerWithEvents(t, ctx, "acme", 700)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	other := b.lostCall(t, ctx, "acme", total) // a bug elsewhere charged again
+
+	_, err := b.Ledger.ChargeResolveRequest(ctx, ledger.ChargeResolveRequestParams{
+		ChargeActionParams: ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "refund the duplicate"},
+		KeepPaymentIntent:  other.ID,
+	})
+	var ce *ledger.ConflictError
+	require.ErrorAs(t, err, &ce, "a settled charge keeps its own PaymentIntent")
+
+	_, err = b.Ledger.ChargeResolveRequest(ctx, ledger.ChargeResolveRequestParams{
+		ChargeActionParams: ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "refund the duplicate"},
+		KeepPaymentIntent:  *c.StripePaymentIntentID,
+	})
+	require.NoError(t, err)
+	deadline := time.Now().Add(waitTimeout)
+	for len(b.sim.RefundList()) == 0 {
+		require.True(t, time.Now().Before(deadline), "the duplicate was never refunded")
+		time.Sleep(50 * time.Millisecond)
+	}
+	refunds := b.sim.RefundList()
+	require.Len(t, refunds, 1)
+	require.Equal(t, other.ID, refunds[0].PaymentIntent.ID)
+	got, err := b.Ledger.ChargeGet(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ChargeSucceeded, got.Status)
+	require.Equal(t, *c.StripePaymentIntentID, *got.StripePaymentIntentID)
+}

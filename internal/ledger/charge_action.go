@@ -258,9 +258,10 @@ type ChargeResolveRequestParams struct {
 // mismatching PaymentIntent): it records the decision and inserts the resolve
 // job, which refunds in full every other succeeded PaymentIntent carrying the
 // charge's key and settles the charge as succeeded with the kept one
-// (ChargeResolveSettle). The charge stays held until the job is done. It
-// refuses with ConflictChargeNotHeld a charge that is not held for
-// double_charge or payment_intent_mismatch.
+// (ChargeResolveSettle). The charge stays held until the job is done. A
+// succeeded charge for which a second PaymentIntent turned up is resolved the
+// same way, keeping its own. It refuses with ConflictChargeNotHeld any other
+// charge.
 func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveRequestParams) (*Charge, error) {
 	if !strings.HasPrefix(p.KeepPaymentIntent, "pi_") || !validID(p.KeepPaymentIntent) {
 		return nil, &ValidationError{Fields: map[string]string{"keep_payment_intent": fmt.Sprintf(
@@ -279,9 +280,20 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
-		if c.Status != ChargeHeld || c.HeldReason == nil || c.HeldReason.Approvable() {
+		switch {
+		case c.Status == ChargeHeld && c.HeldReason != nil && !c.HeldReason.Approvable():
+		case c.Status == ChargeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == p.KeepPaymentIntent:
+			// A second PaymentIntent found after the charge succeeded (an
+			// ALERT double charge transition): keep the charge's own,
+			// refund the others.
+		case c.Status == ChargeSucceeded:
 			return &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
-				"charge %d is %s; resolve is the exit from a double_charge or payment_intent_mismatch hold (approve or cancel the others)", c.ID, c.Status)}
+				"charge %d succeeded with %s: a resolve of a settled charge keeps that PaymentIntent (keep_payment_intent %s) and refunds the others",
+				c.ID, orDash(c.StripePaymentIntentID), orDash(c.StripePaymentIntentID))}
+		default:
+			return &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
+				"charge %d is %s; resolve is the exit from a double_charge or payment_intent_mismatch hold, or from a second PaymentIntent of a succeeded charge (approve or cancel the others)",
+				c.ID, c.Status)}
 		}
 		id, err := operatorActionTx(ctx, tx, now, OperatorAction{Action: ActionResolve, ChargeID: &c.ID, Actor: p.Actor,
 			Reason: p.Reason, StatusBefore: &c.Status, StatusAfter: &c.Status,
@@ -315,7 +327,7 @@ func (l *Ledger) ChargeResolveSettle(ctx context.Context, job ChargeResolveJob, 
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
-		if c.Status != ChargeHeld {
+		if c.Status != ChargeHeld { // settled by an earlier run, or a succeeded charge's own kept
 			charge = c
 			return nil
 		}
@@ -342,4 +354,11 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, job.KeepPaymentIntent, nullString
 		return nil, fmt.Errorf("error settling resolve of charge %d: %w", job.ChargeID, err)
 	}
 	return charge, nil
+}
+
+func orDash(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
 }
