@@ -122,7 +122,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	})
 	var held *ledger.LeaseHeldError
 	if errors.As(err, &held) {
-		wait := max(time.Until(held.Until), time.Second) + jitter(time.Second)
+		wait := max(held.Left, time.Second) + jitter(time.Second)
 		logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
 		return river.JobSnooze(wait)
 	}

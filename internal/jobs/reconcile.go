@@ -115,7 +115,7 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 			res.Action = "unchanged"
 			return res, nil
 		}
-		if c.LeaseOwner != nil && c.LeaseExpiresAt != nil && c.LeaseExpiresAt.After(l.Now()) {
+		if c.LeaseLive() {
 			return res, nil // a live worker is on it
 		}
 		if err := l.ChargeJobRunNow(ctx, c.ID); err != nil {

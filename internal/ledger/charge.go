@@ -79,7 +79,15 @@ type Charge struct {
 	// BudgetReserved is set while the charge's amount counts in the
 	// period's spend (in flight or succeeded).
 	BudgetReserved bool
+
+	// LeaseLeft is how much of the lease is left, on Postgres's clock (the
+	// one clock every replica shares): zero when free or expired.
+	LeaseLeft time.Duration
 }
+
+// LeaseLive reports whether a run holds the charge's lease now, on
+// Postgres's clock.
+func (c *Charge) LeaseLive() bool { return c.LeaseOwner != nil && c.LeaseLeft > 0 }
 
 // Terminal reports whether the charge's status is terminal.
 func (c *Charge) Terminal() bool { return c.Status.Terminal() }
@@ -90,20 +98,22 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        resolved_by, lease_owner, lease_expires_at, attempt_count, first_attempted_at,
        generation_first_attempted_at, last_attempted_at, created_at, updated_at,
        period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
-       budget_reserved`
+       budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
+	var leftSeconds float64
 	err := row.Scan(&c.ID, &c.CustomerID, &c.Period, &c.Status, &c.AmountCents, &c.Currency, &c.EventCount,
 		&c.StripeCustomerID, &c.StripePaymentMethodID, &c.ChargeKey, &c.IdempotencyKey, &c.KeyGeneration,
 		&c.StripePaymentIntentID, &c.StripeChargeID, &c.FailureCode, &c.FailureMessage, &c.HeldReason,
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
 		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
-		&c.BudgetReserved)
+		&c.BudgetReserved, &leftSeconds)
 	if err != nil {
 		return nil, err
 	}
+	c.LeaseLeft = time.Duration(leftSeconds * float64(time.Second))
 	return &c, nil
 }
 
@@ -242,11 +252,11 @@ func (l *Ledger) ChargeListStale(ctx context.Context, before time.Time, limit in
 	rows, err := l.pool.Query(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges
 WHERE status IN ('pending', 'unknown', 'processing')
-  AND (lease_expires_at IS NULL OR lease_expires_at < $1)
-  AND coalesce(last_attempted_at, created_at) < $2
-  AND (reconciled_at IS NULL OR reconciled_at < $2)
+  AND (lease_expires_at IS NULL OR lease_expires_at < now())
+  AND coalesce(last_attempted_at, created_at) < $1
+  AND (reconciled_at IS NULL OR reconciled_at < $1)
 ORDER BY status = 'processing', reconciled_at NULLS FIRST, coalesce(last_attempted_at, created_at)
-LIMIT $3`, l.now(), before, limit)
+LIMIT $2`, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("error listing stale charges: %w", err)
 	}

@@ -125,7 +125,7 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
 		}
-		if c.LeaseOwner != nil && c.LeaseExpiresAt.After(now) {
+		if c.LeaseLive() {
 			return &ConflictError{Code: ConflictChargeLeased, Detail: fmt.Sprintf(
 				"charge %d is being charged right now (lease held by %s until %s); try again after that",
 				c.ID, *c.LeaseOwner, c.LeaseExpiresAt.Format(time.RFC3339))}

@@ -10,10 +10,12 @@ import (
 )
 
 // LeaseHeldError is returned by ChargeClaim when another worker holds the
-// charge's lease; the caller should wait until Until and try again.
+// charge's lease; the caller should wait Left (until Until on Postgres's
+// clock) and try again.
 type LeaseHeldError struct {
 	Owner string
 	Until time.Time
+	Left  time.Duration
 }
 
 func (e *LeaseHeldError) Error() string {
@@ -27,8 +29,9 @@ type ChargeClaimParams struct {
 	// Owner names the claiming run uniquely (host, process, job, attempt).
 	Owner string
 
-	// LeaseTTL is how long the claim lasts. It must outlive the worker's
-	// timeout, so a run that is still alive always holds its lease.
+	// LeaseTTL is how long the claim lasts, on Postgres's clock (shared by
+	// every replica, whatever their own clocks say). It must outlive the
+	// worker's timeout, so a run that is still alive always holds its lease.
 	LeaseTTL time.Duration
 
 	// JobID and JobAttempt identify the River job run, for the attempt log.
@@ -95,8 +98,8 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		if !c.Status.Chargeable() {
 			return nil
 		}
-		if c.LeaseOwner != nil && c.LeaseExpiresAt.After(now) {
-			return &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt}
+		if c.LeaseLive() {
+			return &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt, Left: c.LeaseLeft}
 		}
 		if err := l.chargingPausedTx(ctx, tx); err != nil {
 			return err
@@ -115,12 +118,12 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		}
 		c, err = scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
-SET lease_owner = $2, lease_expires_at = $3,
+SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),
     last_attempted_at = $4, updated_at = $4
 WHERE id = $1
-RETURNING `+chargeColumns, p.ChargeID, p.Owner, now.Add(p.LeaseTTL), now))
+RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now))
 		if err != nil {
 			return fmt.Errorf("error taking lease: %w", err)
 		}

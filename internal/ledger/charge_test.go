@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/ledgertest"
 )
@@ -167,6 +168,15 @@ func TestPeriodClose(t *testing.T) {
 	})
 }
 
+// expireLeases ends every lease now, as time passing would: leases live on
+// Postgres's clock, not the ledger's test clock.
+func expireLeases(t *testing.T, b *ledgertest.Bundle) {
+	t.Helper()
+	_, err := b.Pool.Exec(context.Background(), `
+UPDATE billing.charges SET lease_expires_at = now() - interval '1 second' WHERE lease_owner IS NOT NULL`)
+	require.NoError(t, err)
+}
+
 func TestChargeClaim(t *testing.T) {
 	t.Parallel()
 
@@ -187,7 +197,7 @@ func TestChargeClaim(t *testing.T) {
 		require.ErrorAs(t, err, &held)
 		require.Equal(t, "a", held.Owner)
 
-		b.Clock.Advance(time.Minute + time.Second)
+		expireLeases(t, b.Bundle)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 		require.False(t, claim.Lookup, "an attempt of the generation is on record, within the key window")
@@ -202,7 +212,7 @@ func TestChargeClaim(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
-		b.Clock.Advance(2 * time.Minute)
+		expireLeases(t, b.Bundle)
 		fresh, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 
@@ -212,6 +222,29 @@ func TestChargeClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeSucceeded, got.Status)
 		require.Nil(t, got.LeaseOwner)
+	})
+
+	t.Run("SkewedClockNeverTakesALiveLease", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		require.NotNil(t, claim)
+
+		// A replica whose clock runs ten minutes ahead, on the same database.
+		skewed, err := ledger.New(b.Pool, ledger.Config{Scheduler: jobs.Scheduler{Client: b.River},
+			Clock: func() time.Time { return b.Clock.Now().Add(10 * time.Minute) }})
+		require.NoError(t, err)
+		skewed2, err := ledger.New(b.Pool, ledger.Config{Scheduler: jobs.Scheduler{Client: b.River},
+			Clock: func() time.Time { return time.Now().Add(10 * time.Minute) }})
+		require.NoError(t, err)
+		for _, l := range []*ledger.Ledger{skewed, skewed2} {
+			_, err = l.ChargeClaim(ctx, claimParams(c.ID, "b"))
+			var held *ledger.LeaseHeldError
+			require.ErrorAs(t, err, &held, "the lease lives on Postgres's clock")
+			require.Equal(t, "a", held.Owner)
+			require.Greater(t, held.Left, 50*time.Second)
+		}
 	})
 
 	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
@@ -412,7 +445,7 @@ func TestChargeLookup(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, params(c, "a"))
 		require.NoError(t, err)
-		b.Clock.Advance(2 * time.Minute)
+		expireLeases(t, b.Bundle)
 		fresh := b.claimToCall(t, ctx, params(c, "b"))
 		require.NotZero(t, fresh.AttemptID)
 
