@@ -9,6 +9,10 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
+// usdMinimum is Stripe's minimum charge amount in usd, the run's currency
+// (written here again, so the check does not take it from Tally's code).
+const usdMinimum = 50
+
 // expectation is what the run arranged for a customer on the simulator.
 type expectation struct {
 	failureCode string // "" → must succeed; else the charge must fail with this code
@@ -73,28 +77,41 @@ func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, ack
 
 	type charge struct {
 		status, pi, failureCode, heldReason string
-		amount, events                      int64
+		id, amount, events, carriedIn       int64
+		carriedInto                         *int64
 	}
 	charges := map[key]charge{}
 	byStatus := map[string]int{}
 	rows, err = conn.Query(ctx, `
-SELECT customer_id, period, status, amount_cents, event_count, coalesce(stripe_payment_intent_id, ''),
-       coalesce(failure_code, ''), coalesce(held_reason, '')
+SELECT customer_id, period, id, status, amount_cents, event_count, coalesce(stripe_payment_intent_id, ''),
+       coalesce(failure_code, ''), coalesce(held_reason, ''), carried_in_cents, carried_into
 FROM billing.charges`)
 	if err != nil {
 		return nil, nil, err
 	}
+	carriedInto := map[int64]int64{} // charge id → the amounts carried into it
 	for rows.Next() {
 		var k key
 		var c charge
-		if err := rows.Scan(&k.customer, &k.period, &c.status, &c.amount, &c.events, &c.pi, &c.failureCode, &c.heldReason); err != nil {
+		if err := rows.Scan(&k.customer, &k.period, &c.id, &c.status, &c.amount, &c.events, &c.pi, &c.failureCode, &c.heldReason,
+			&c.carriedIn, &c.carriedInto); err != nil {
 			return nil, nil, err
 		}
 		charges[k] = c
 		byStatus[c.status]++
+		if c.carriedInto != nil {
+			carriedInto[*c.carriedInto] += c.amount
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
+	}
+	// A total below Stripe's minimum is carried forward, whole, into the
+	// customer's next charge: each charge carries in exactly what points to it.
+	for k, c := range charges {
+		if c.carriedIn != carriedInto[c.id] {
+			bad("charge of %s/%s carries in %d; the charges carried into it sum to %d", k.customer, k.period, c.carriedIn, carriedInto[c.id])
+		}
 	}
 
 	pisOf := map[key][]*stripe.PaymentIntent{}
@@ -106,8 +123,8 @@ FROM billing.charges`)
 			bad("PaymentIntent %s is for %s/%s, which has no events", pi.ID, k.customer, k.period)
 			continue
 		}
-		if pi.Amount != s.total {
-			bad("PaymentIntent %s of %s/%s is for %d, the ledger sums to %d", pi.ID, k.customer, k.period, pi.Amount, s.total)
+		if want := s.total + charges[k].carriedIn; pi.Amount != want {
+			bad("PaymentIntent %s of %s/%s is for %d, the ledger sums to %d (%d carried in)", pi.ID, k.customer, k.period, pi.Amount, want, charges[k].carriedIn)
 		}
 	}
 
@@ -123,8 +140,9 @@ FROM billing.charges`)
 			bad("%s/%s has %d events totalling %d and no charge", k.customer, k.period, s.count, s.total)
 			continue
 		}
-		if c.amount != s.total || c.events != s.count {
-			bad("charge of %s/%s is %d for %d events; the ledger has %d for %d", k.customer, k.period, c.amount, c.events, s.total, s.count)
+		if c.amount-c.carriedIn != s.total || c.events != s.count {
+			bad("charge of %s/%s is %d (%d carried in) for %d events; the ledger has %d for %d", k.customer, k.period,
+				c.amount, c.carriedIn, c.events, s.total, s.count)
 		}
 		mine := pisOf[k]
 		if len(mine) > 1 {
@@ -135,6 +153,13 @@ FROM billing.charges`)
 			bad("%s/%s has %d PaymentIntents: %v", k.customer, k.period, len(mine), ids)
 		}
 		switch want := expect[k.customer].failureCode; {
+		case c.amount < usdMinimum:
+			if c.status != "carried_forward" || len(mine) != 0 {
+				bad("charge of %s/%s is %d, below Stripe's minimum: it is %s with %d PaymentIntents, want carried_forward with none",
+					k.customer, k.period, c.amount, c.status, len(mine))
+			}
+		case c.status == "carried_forward":
+			bad("charge of %s/%s is %d and carried_forward, not below Stripe's minimum", k.customer, k.period, c.amount)
 		case c.status == "held":
 			if c.heldReason == "" {
 				bad("charge of %s/%s is held without a reason", k.customer, k.period)

@@ -197,6 +197,10 @@ func (p *producer) postOne(ctx context.Context, e *plannedEvent, replica int) {
 	}
 }
 
+// smallCustomer reports whether customer i posts only 1-cent events, so its
+// periods' totals fall below Stripe's minimum and are carried forward.
+func smallCustomer(i int) bool { return i%25 == 11 }
+
 // planLoad makes the run's events and the order they are posted in: each
 // event once, 10% of them again one to three times (half of those to the
 // other replica, some inside batches), a few conflicting re-posts, and about
@@ -208,9 +212,14 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 		start := periods[rnd.IntN(len(periods))]
 		span := min(time.Hour, now.Sub(start)) // never in the future
 		occurred := start.Add(time.Duration(rnd.Int64N(int64(max(span, time.Second)))))
+		c := rnd.IntN(len(customers))
+		amount := 1 + rnd.Int64N(5000)
+		if smallCustomer(c) {
+			amount = 1 // totals below Stripe's minimum: carried forward
+		}
 		planned[i] = &plannedEvent{
-			id: fmt.Sprintf("ev-%06d", i), customer: customers[rnd.IntN(len(customers))],
-			period: start.Format("2006-01-02T15"), amount: 1 + rnd.Int64N(5000), occurredAt: occurred,
+			id: fmt.Sprintf("ev-%06d", i), customer: customers[c],
+			period: start.Format("2006-01-02T15"), amount: amount, occurredAt: occurred,
 		}
 	}
 	// Batches hold events of one period (of any customers).

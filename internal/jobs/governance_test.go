@@ -201,3 +201,26 @@ func TestChargeResolveSucceededCharge(t *testing.T) {
 	require.Equal(t, ledger.ChargeSucceeded, got.Status)
 	require.Equal(t, *c.StripePaymentIntentID, *got.StripePaymentIntentID)
 }
+
+// TestChargeBelowMinimum: a total below Stripe's minimum is never sent (Stripe
+// would refuse it, and those events would never be billed): it is carried
+// forward.
+func TestChargeBelowMinimum(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 20, 29)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCarriedForward))
+	require.Equal(t, int64(49), c.AmountCents)
+	b.waitJobsFinalized(t)
+	require.Empty(t, b.sim.PaymentIntentList())
+	require.Zero(t, b.sim.Stats().Requests["POST /v1/payment_intents"]["invalid_request"], "never sent")
+
+	// The simulator refuses it as Stripe does.
+	params := &stripe.PaymentIntentParams{Amount: stripe.Int64(49), Currency: stripe.String("usd"),
+		Customer: stripe.String("cus_acme"), PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+	_, err := b.stripe.PaymentIntentCreate(ctx, params)
+	var se *stripe.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, stripe.ErrorCode("amount_too_small"), se.Code)
+}

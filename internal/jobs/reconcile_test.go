@@ -183,7 +183,7 @@ func TestReconcileCharge(t *testing.T) {
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		// 250 other PaymentIntents of the same customer, created after ours.
 		for i := range 250 {
-			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(1), Currency: stripe.String("usd"),
+			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(50), Currency: stripe.String("usd"),
 				Customer: stripe.String("cus_acme"), Confirm: stripe.Bool(true), PaymentMethod: stripe.String("pm_card_visa")}
 			params.SetIdempotencyKey(fmt.Sprintf("other-%d", i))
 			_, err := b.stripe.PaymentIntentCreate(ctx, params)

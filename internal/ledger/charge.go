@@ -83,6 +83,12 @@ type Charge struct {
 	// LeaseLeft is how much of the lease is left, on Postgres's clock (the
 	// one clock every replica shares): zero when free or expired.
 	LeaseLeft time.Duration
+
+	// CarriedInCents is the part of AmountCents carried from the customer's
+	// earlier charges below Stripe's minimum; CarriedInto, on such a
+	// carried_forward charge, is the charge that bills it.
+	CarriedInCents int64
+	CarriedInto    *int64
 }
 
 // LeaseLive reports whether a run holds the charge's lease now, on
@@ -98,7 +104,8 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        resolved_by, lease_owner, lease_expires_at, attempt_count, first_attempted_at,
        generation_first_attempted_at, last_attempted_at, created_at, updated_at,
        period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
-       budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds`
+       budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds,
+       carried_in_cents, carried_into`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -109,7 +116,7 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
 		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
-		&c.BudgetReserved, &leftSeconds)
+		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto)
 	if err != nil {
 		return nil, err
 	}

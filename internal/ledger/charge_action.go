@@ -160,10 +160,15 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 		if c.Status != ChargeHeld {
 			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf("charge %d is %s; only a held charge can be approved", c.ID, c.Status)}
 		}
-		if c.HeldReason != nil && !c.HeldReason.Approvable() {
+		if c.HeldReason != nil && c.HeldReason.Conflicting() {
 			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
 				"charge %d is held for %s: money already moved for it; resolve it instead (POST /v1/charges/%d/resolve with keep_payment_intent)",
 				c.ID, *c.HeldReason, c.ID)}
+		}
+		if c.HeldReason != nil && !c.HeldReason.Approvable() {
+			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf(
+				"charge %d is held for %s: Stripe refuses %d %s in one PaymentIntent (at most %d); cancel it and bill it outside Tally",
+				c.ID, *c.HeldReason, c.AmountCents, c.Currency, AmountMaxCents)}
 		}
 		// Stripe keeps this key with other parameters: the next call needs
 		// the next key generation. Safe: the request stored under the key has
@@ -220,7 +225,7 @@ WHERE charge_id = $1 AND (finished_at IS NULL OR outcome IN ('succeeded', 'proce
 			return nil, fmt.Errorf("error reading attempts: %w", err)
 		}
 		if moved > 0 || c.StripePaymentIntentID != nil ||
-			(c.HeldReason != nil && !c.HeldReason.Approvable()) {
+			(c.HeldReason != nil && c.HeldReason.Conflicting()) {
 			return nil, &ConflictError{Code: ConflictChargeOutcomeUnknown, Detail: fmt.Sprintf(
 				"money may have moved for charge %d (a Stripe attempt with an unknown or successful outcome, or a PaymentIntent carrying its key); reconcile it first (billingctl reconcile --customer %s --period %s)",
 				c.ID, c.CustomerID, c.Period)}
@@ -281,7 +286,7 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 			return fmt.Errorf("error locking charge: %w", err)
 		}
 		switch {
-		case c.Status == ChargeHeld && c.HeldReason != nil && !c.HeldReason.Approvable():
+		case c.Status == ChargeHeld && c.HeldReason != nil && c.HeldReason.Conflicting():
 		case c.Status == ChargeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == p.KeepPaymentIntent:
 			// A second PaymentIntent found after the charge succeeded (an
 			// ALERT double charge transition): keep the charge's own,

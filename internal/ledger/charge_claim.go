@@ -72,10 +72,11 @@ type Claim struct {
 // Claim.Lookup and writes nothing more; otherwise it appends the attempt row
 // of the coming Stripe call. It commits before the caller calls Stripe.
 //
-// Before its first call a charge passes the guards (chargeGuardsTx: the
-// customer's cap, the anomaly guard, the period budget, whose reservation it
-// takes in the same transaction); a charge that fails one is held instead,
-// and ChargeClaim returns (nil, nil).
+// Before its first call a charge passes the guards (chargeGuardsTx: Stripe's
+// limits, the customer's cap, the anomaly guard, the period budget, whose
+// reservation it takes in the same transaction); a charge that fails one is
+// held instead, or carried forward when below Stripe's minimum, and
+// ChargeClaim returns (nil, nil).
 //
 // It returns (nil, nil) when the charge is in any other status (terminal,
 // held, processing): there is nothing to do. It returns a *LeaseHeldError
@@ -83,9 +84,9 @@ type Claim struct {
 // operator has paused charging (the kill switch).
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
 	var claim *Claim
-	var held *Charge
+	var held, carried *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		claim, held = nil, nil
+		claim, held, carried = nil, nil, nil
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
@@ -106,6 +107,10 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		}
 		if !c.BudgetReserved {
 			reason, detail, guarded, err := l.chargeGuardsTx(ctx, tx, c)
+			if errors.Is(err, errCarryForward) {
+				carried, err = chargeCarryForwardTx(ctx, tx, now, c, p.actor(), detail)
+				return err
+			}
 			if err != nil {
 				return err
 			}
@@ -148,6 +153,10 @@ RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now))
 	}
 	if held != nil {
 		l.alertIfHeld(ctx, ChargePending, held, p.actor())
+	}
+	if carried != nil {
+		l.logger.InfoContext(ctx, "charge carried forward: below Stripe's minimum", "charge_id", carried.ID,
+			"customer_id", carried.CustomerID, "period", carried.Period, "amount_cents", carried.AmountCents, "currency", carried.Currency)
 	}
 	return claim, nil
 }

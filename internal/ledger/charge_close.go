@@ -98,25 +98,37 @@ GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_
 		return nil, fmt.Errorf("error summing period: %w", err)
 	}
 
-	// The guards (cap, budget, anomaly) are checked when the charge is first
-	// claimed, in the transaction that reserves its budget.
+	// Earlier charges carried forward (below Stripe's minimum) are billed
+	// with this one.
+	carriedIDs, carried, err := chargeCarriedInTx(ctx, tx, p.CustomerID, currency)
+	if err != nil {
+		return nil, err
+	}
+	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
+	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending
-	if total == 0 {
+	if total+carried == 0 {
 		status = ChargeSkipped
 	}
 	charge, err := scanCharge(tx.QueryRow(ctx, `
 INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count,
                              stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key,
-                             period_starts_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+                             period_starts_at, carried_in_cents, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
 RETURNING `+chargeColumns,
-		p.CustomerID, p.Period, status, total, currency, count, stripeCustomer, paymentMethod,
-		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), startsAt, now))
+		p.CustomerID, p.Period, status, total+carried, currency, count, stripeCustomer, paymentMethod,
+		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), startsAt, carried, now))
 	if err != nil {
 		return nil, fmt.Errorf("error creating charge: %w", err)
 	}
 	reason := fmt.Sprintf("closed with %d events totalling %d %s", count, total, currency)
+	if carried > 0 {
+		reason += fmt.Sprintf(", plus %d carried from charges %v", carried, carriedIDs)
+	}
 	if err := transitionTx(ctx, tx, now, charge.ID, nil, status, p.Actor, reason); err != nil {
+		return nil, err
+	}
+	if err := chargeCarriedIntoTx(ctx, tx, now, carriedIDs, charge.ID, p.Actor); err != nil {
 		return nil, err
 	}
 	return charge, nil

@@ -122,7 +122,7 @@ func chargeMayTake(c *Charge, o Outcome) bool {
 		return o.Class == OutcomeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
 	case ChargeHeld:
 		return o.Class == OutcomeSucceeded && o.StripePaymentIntentID != "" &&
-			(c.HeldReason == nil || c.HeldReason.Approvable())
+			(c.HeldReason == nil || !c.HeldReason.Conflicting())
 	}
 	return false
 }

@@ -2,8 +2,10 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -50,6 +52,61 @@ UPDATE billing.charges SET budget_reserved = $2 WHERE id = $1 RETURNING `+charge
 	return updated, nil
 }
 
+// errCarryForward is chargeGuardsTx's answer for a total below Stripe's
+// minimum: the claim settles the charge carried_forward instead.
+var errCarryForward = errors.New("carry forward")
+
+// chargeCarryForwardTx settles a pending charge below Stripe's minimum as
+// carried_forward: no Stripe call; the customer's next charge bills it
+// (chargeCarriedInTx).
+func chargeCarryForwardTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, reason string) (*Charge, error) {
+	carried, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+	if err != nil {
+		return nil, fmt.Errorf("error carrying charge %d forward: %w", c.ID, err)
+	}
+	return carried, transitionTx(ctx, tx, now, c.ID, &c.Status, carried.Status, actor, reason)
+}
+
+// chargeCarriedInTx takes into a new charge of customerID in currency every
+// earlier charge of theirs carried forward and not yet billed: it locks them,
+// and returns their ids and total, for the new charge to add. The caller sets
+// their carried_into (chargeCarriedIntoTx) once the new charge exists.
+func chargeCarriedInTx(ctx context.Context, tx pgx.Tx, customerID, currency string) ([]int64, int64, error) {
+	rows, err := tx.Query(ctx, `
+SELECT id, amount_cents FROM billing.charges
+WHERE customer_id = $1 AND currency = $2 AND status = 'carried_forward' AND carried_into IS NULL
+ORDER BY id FOR UPDATE`, customerID, currency)
+	if err != nil {
+		return nil, 0, fmt.Errorf("error finding carried charges: %w", err)
+	}
+	var ids []int64
+	var total int64
+	for rows.Next() {
+		var id, amount int64
+		if err := rows.Scan(&id, &amount); err != nil {
+			return nil, 0, err
+		}
+		ids, total = append(ids, id), total+amount
+	}
+	return ids, total, rows.Err()
+}
+
+// chargeCarriedIntoTx records that charge into bills the carried charges ids,
+// with a transition (status unchanged) on each.
+func chargeCarriedIntoTx(ctx context.Context, tx pgx.Tx, now time.Time, ids []int64, into int64, actor string) error {
+	for _, id := range ids {
+		if _, err := tx.Exec(ctx, `UPDATE billing.charges SET carried_into = $2, updated_at = $3 WHERE id = $1`, id, into, now); err != nil {
+			return fmt.Errorf("error carrying charge %d into %d: %w", id, into, err)
+		}
+		status := ChargeCarriedForward
+		if err := transitionTx(ctx, tx, now, id, &status, status, actor, fmt.Sprintf("carried into charge %d", into)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // anomalyHistory and anomalyHistoryMin: the anomaly guard compares a charge
 // with the median of the customer's last anomalyHistory succeeded charges,
 // and needs at least anomalyHistoryMin of them.
@@ -60,11 +117,21 @@ const (
 
 // chargeGuardsTx checks the guards of a charge that is about to call Stripe
 // for the first time (not yet counted in its period's spend), in the claim's
-// transaction: the customer's max_charge_cents, the anomaly guard and the
-// period budget. It returns the reason to hold the charge with and its detail,
-// or "" after reserving the charge's amount in the period's spend. An
-// approved charge skips the guards (the operator's decision) but is counted.
+// transaction: Stripe's own limits (below the currency's minimum: carried
+// forward, returned as errCarryForward; above the maximum: held
+// amount_too_large, even when approved), the customer's max_charge_cents, the
+// anomaly guard and the period budget. It returns the reason to hold the
+// charge with and its detail, or "" after reserving the charge's amount in the
+// period's spend. An approved charge skips the cap, anomaly and budget guards
+// (the operator's decision) but is counted.
 func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (HeldReason, string, *Charge, error) {
+	if min := AmountMinCents(c.Currency); c.AmountCents < min {
+		return "", fmt.Sprintf("amount %d is below Stripe's minimum of %d %s: carried to the customer's next charge",
+			c.AmountCents, min, c.Currency), c, errCarryForward
+	}
+	if c.AmountCents > AmountMaxCents {
+		return HeldAmountTooLarge, fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents), c, nil
+	}
 	if c.ApprovedAt == nil {
 		var maxCharge *int64
 		if err := tx.QueryRow(ctx, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`,

@@ -21,11 +21,15 @@ const (
 	ChargeFailed     ChargeStatus = "failed"
 	ChargeSkipped    ChargeStatus = "skipped"  // the period's total was zero
 	ChargeCanceled   ChargeStatus = "canceled" // an operator canceled it; no money moved
+
+	// ChargeCarriedForward: below Stripe's minimum for its currency; never
+	// sent, its amount is billed by the customer's next charge (CarriedInto).
+	ChargeCarriedForward ChargeStatus = "carried_forward"
 )
 
 // ChargeStatuses lists every status, in the order of the status machine.
 var ChargeStatuses = []ChargeStatus{ChargePending, ChargeProcessing, ChargeUnknown, ChargeHeld,
-	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled}
+	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward}
 
 // Valid reports whether s is a known status.
 func (s ChargeStatus) Valid() bool {
@@ -41,7 +45,7 @@ func (s ChargeStatus) Valid() bool {
 // charge takes the late success of its own PaymentIntent.
 func (s ChargeStatus) Terminal() bool {
 	switch s {
-	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled:
+	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward:
 		return true
 	}
 	return false
@@ -64,17 +68,25 @@ const (
 	HeldPaymentIntentMismatch HeldReason = "payment_intent_mismatch" // a PaymentIntent carries the key but differs
 	HeldDoubleCharge          HeldReason = "double_charge"           // several PaymentIntents carry the key
 	HeldUnexpectedStatus      HeldReason = "unexpected_status"       // Stripe answered a status Tally never expects
+	HeldAmountTooLarge        HeldReason = "amount_too_large"        // above Stripe's largest amount for one PaymentIntent
 )
 
 // HeldReasons lists every held reason.
 var HeldReasons = []HeldReason{HeldOverCustomerCap, HeldOverPeriodBudget, HeldAnomaly, HeldIdempotencyError,
-	HeldPaymentIntentMismatch, HeldDoubleCharge, HeldUnexpectedStatus}
+	HeldPaymentIntentMismatch, HeldDoubleCharge, HeldUnexpectedStatus, HeldAmountTooLarge}
+
+// Conflicting reports whether a hold for r is about a PaymentIntent that
+// conflicts with the charge (a double charge, a mismatch): money moved, so the
+// charge is resolved, never charged again nor canceled.
+func (r HeldReason) Conflicting() bool {
+	return r == HeldDoubleCharge || r == HeldPaymentIntentMismatch
+}
 
 // Approvable reports whether a charge held for r may be approved (charged
-// again with the same key rules). A double charge or a mismatching
-// PaymentIntent means money moved: it is resolved, never charged again.
+// with the same key rules as any charge). Not a conflicting hold (resolve
+// it), nor an amount Stripe refuses whatever the operator says (cancel it).
 func (r HeldReason) Approvable() bool {
-	return r != HeldDoubleCharge && r != HeldPaymentIntentMismatch
+	return !r.Conflicting() && r != HeldAmountTooLarge
 }
 
 // Exit names the operator's way out of a hold for r, for alert lines.
@@ -84,6 +96,8 @@ func (r HeldReason) Exit(chargeID int64) string {
 		return fmt.Sprintf("billingctl charges resolve %d --keep pi_… --reason \"…\" (keeps one PaymentIntent, refunds the others)", chargeID)
 	case HeldIdempotencyError:
 		return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (looks at Stripe, then calls with the next key)", chargeID)
+	case HeldAmountTooLarge:
+		return fmt.Sprintf("billingctl charges cancel %d --reason \"…\" (Stripe refuses it; bill it outside Tally or in parts)", chargeID)
 	case HeldUnexpectedStatus:
 		return fmt.Sprintf("settle the PaymentIntent in Stripe (capture or cancel it), then billingctl charges approve %d --reason \"…\" (its look-up takes the PaymentIntent's outcome)", chargeID)
 	}
@@ -142,6 +156,7 @@ var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
 	{ChargePending, ChargeUnknown}:    {ActorJob},
 	{ChargePending, ChargeHeld}:       {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargePending, ChargeCanceled}:   {ActorOperator},
+	{ChargePending, ChargeCarriedForward}: {ActorJob}, // below Stripe's minimum
 
 	{ChargeUnknown, ChargePending}:    {ActorJob}, // the next key generation
 	{ChargeUnknown, ChargeProcessing}: {ActorJob, ActorWebhook, ActorReconciler},

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/tally-billing/tally/internal/ledger"
 )
 
 // PaymentIntent statuses.
@@ -108,6 +110,10 @@ func (s *Server) paymentIntentParamsLocked(form url.Values) (*paymentIntentCreat
 	if !currencyPattern.MatchString(p.currency) {
 		return nil, errParameterInvalid("", "currency",
 			fmt.Sprintf("Invalid currency: %s. Stripe currently supports these currencies: usd, eur, gbp, ….", rawCurrency))
+	}
+	if min := ledger.AmountMinCents(p.currency); p.amount < min {
+		return nil, errParameterInvalid("amount_too_small", "amount",
+			fmt.Sprintf("Amount must be at least %d in the smallest unit of %s.", min, p.currency))
 	}
 
 	var apiErr *apiError
