@@ -150,12 +150,12 @@ func actorKind(actor string) ActorKind {
 // generation, an alert). billing.charge_status_transitions holds the same
 // pairs, and Postgres refuses any other change.
 var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
-	{ChargePending, ChargeProcessing}: {ActorJob, ActorWebhook, ActorReconciler},
-	{ChargePending, ChargeSucceeded}:  {ActorJob, ActorWebhook, ActorReconciler},
-	{ChargePending, ChargeFailed}:     {ActorJob, ActorWebhook, ActorReconciler},
-	{ChargePending, ChargeUnknown}:    {ActorJob},
-	{ChargePending, ChargeHeld}:       {ActorJob, ActorWebhook, ActorReconciler},
-	{ChargePending, ChargeCanceled}:   {ActorOperator},
+	{ChargePending, ChargeProcessing}:     {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePending, ChargeSucceeded}:      {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePending, ChargeFailed}:         {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePending, ChargeUnknown}:        {ActorJob},
+	{ChargePending, ChargeHeld}:           {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePending, ChargeCanceled}:       {ActorOperator},
 	{ChargePending, ChargeCarriedForward}: {ActorJob}, // below Stripe's minimum
 
 	{ChargeUnknown, ChargePending}:    {ActorJob}, // the next key generation
