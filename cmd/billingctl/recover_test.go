@@ -51,6 +51,7 @@ func TestRecover(t *testing.T) {
 		params := &stripe.PaymentIntentParams{Amount: stripe.Int64(c.AmountCents), Currency: stripe.String(c.Currency),
 			Customer: stripe.String(c.StripeCustomerID), PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
 		params.AddMetadata("tally_charge_key", c.ChargeKey)
+		params.AddMetadata("tally_namespace", c.KeyNamespace)
 		pi, err := s.PaymentIntentCreate(ctx, params)
 		require.NoError(t, err)
 		return pi

@@ -30,10 +30,11 @@ func (b *testBundle) lostCallFor(t *testing.T, ctx context.Context, stripeCustom
 		Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(stripeCustomer),
 		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true),
 	}
-	params.AddMetadata("tally_charge_key", ledger.ChargeKey(customerID, "2026-11"))
+	params.AddMetadata("tally_charge_key", ledger.ChargeKey("default", customerID, "2026-11"))
+	params.AddMetadata("tally_namespace", "default")
 	params.AddMetadata("customer_id", customerID)
 	params.AddMetadata("period", "2026-11")
-	params.SetIdempotencyKey(fmt.Sprintf("%s-%d", ledger.ChargeIdempotencyKey(customerID, "2026-11", 0), len(b.sim.PaymentIntentList())))
+	params.SetIdempotencyKey(fmt.Sprintf("%s-%d", ledger.ChargeIdempotencyKey("default", customerID, "2026-11", 0), len(b.sim.PaymentIntentList())))
 	pi, err := b.stripe.PaymentIntentCreate(ctx, params)
 	require.NoError(t, err)
 	b.sim.IdempotencyExpire(0)
@@ -70,7 +71,8 @@ func TestChargeLookup(t *testing.T) {
 			Amount: stripe.Int64(total), Currency: stripe.String("usd"), Customer: stripe.String("cus_acme"),
 			PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true),
 		}
-		params.AddMetadata("tally_charge_key", ledger.ChargeKey("acme", "2026-11"))
+		params.AddMetadata("tally_charge_key", ledger.ChargeKey("default", "acme", "2026-11"))
+		params.AddMetadata("tally_namespace", "default")
 		_, err := b.stripe.PaymentIntentCreate(ctx, params)
 		require.Error(t, err, "the lost call was declined")
 		b.closeNow(t, ctx, "acme")

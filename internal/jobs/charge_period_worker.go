@@ -212,7 +212,7 @@ func (w *ChargePeriodWorker) lookUp(ctx context.Context, job *river.Job[ChargePe
 		w.release(ctx, claim, logger)
 		return nil, false, err
 	}
-	o, found := reconcileOutcome(claim.Charge, pis)
+	o, found := reconcileOutcome(claim.Charge, pis, w.stripe.Livemode())
 	if !found {
 		if err := w.leaseLeft(ctx, claimedAt); err != nil {
 			w.release(ctx, claim, logger)

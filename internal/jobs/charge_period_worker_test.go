@@ -438,7 +438,7 @@ func TestChargePeriodWorker(t *testing.T) {
 		require.Equal(t, "usd", string(pi.Currency))
 		require.Equal(t, "pm_card_visa", pi.PaymentMethod.ID, "the Stripe customer's default payment method")
 		require.Equal(t, map[string]string{
-			"tally_charge_key": ledger.ChargeKey("acme", "2026-11"), "customer_id": "acme",
+			"tally_charge_key": ledger.ChargeKey("default", "acme", "2026-11"), "tally_namespace": "default", "customer_id": "acme",
 			"period": "2026-11", "charge_id": fmt.Sprint(c.ID),
 		}, pi.Metadata)
 		require.Equal(t, pi.ID, *c.StripePaymentIntentID)

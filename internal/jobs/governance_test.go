@@ -9,6 +9,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/ledgertest"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
@@ -224,3 +225,47 @@ func TestChargeBelowMinimum(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, stripe.ErrorCode("amount_too_small"), se.Code)
 }
+
+// TestTwoNamespacesOneStripeAccount: staging and production share one Stripe
+// account (one simulator) and even a customer id; each charges its own and
+// never adopts, holds or settles from the other's PaymentIntent.
+func TestTwoNamespacesOneStripeAccount(t *testing.T) {
+	t.Parallel()
+	ctx, staging := setup(t, setupOpts{ledger: ledger.Config{Namespace: "staging"}, webhooks: true})
+	prodBundle := ledgertest.New(t, ledger.Config{Namespace: "prod", Clock: staging.Clock.Now})
+	prod := &testBundle{Bundle: prodBundle, sim: staging.sim, stripe: staging.stripe, stripeTimeout: staging.stripeTimeout, crash: &crashOnce{}}
+	prod.startWorker(t, ctx)
+
+	staging.customerWithEvents(t, ctx, "acme", 300)
+	staging.closeNow(t, ctx, "acme")
+	s := staging.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	// Production's first call looks at Stripe after staging's PaymentIntent
+	// exists for the same Stripe customer.
+	prod.customerWithEvents(t, ctx, "acme", 500)
+	prod.closeNow(t, ctx, "acme")
+	p := prod.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+
+	require.NotEqual(t, s.ChargeKey, p.ChargeKey)
+	require.NotEqual(t, *s.StripePaymentIntentID, *p.StripePaymentIntentID)
+	byID := map[string]*stripe.PaymentIntent{}
+	for _, pi := range staging.sim.PaymentIntentList() {
+		byID[pi.ID] = pi
+	}
+	require.Len(t, byID, 2)
+	require.Equal(t, "staging", byID[*s.StripePaymentIntentID].Metadata["tally_namespace"])
+	require.Equal(t, int64(300), byID[*s.StripePaymentIntentID].Amount)
+	require.Equal(t, "prod", byID[*p.StripePaymentIntentID].Metadata["tally_namespace"])
+	require.Equal(t, int64(500), byID[*p.StripePaymentIntentID].Amount)
+
+	// The simulator sends every event to staging: production's are ignored.
+	deadline := time.Now().Add(waitTimeout)
+	for staging.Count(t, `SELECT count(*) FROM billing.stripe_events WHERE status = 'ignored' AND payload::text LIKE '%"prod"%'`) == 0 {
+		require.True(t, time.Now().Before(deadline), "production's webhook never reached staging")
+		time.Sleep(50 * time.Millisecond)
+	}
+	s2, err := staging.Ledger.ChargeGet(ctx, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, *s.StripePaymentIntentID, *s2.StripePaymentIntentID)
+	require.Equal(t, ledger.ChargeSucceeded, s2.Status)
+}
+

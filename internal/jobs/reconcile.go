@@ -16,15 +16,16 @@ import (
 // its PaymentIntents starts, covering clock skew between Tally and Stripe.
 const lookupLookback = time.Hour
 
-// chargePaymentIntents returns the PaymentIntents on Stripe that belong to
-// charge c: its Stripe customer's PaymentIntents created since the charge's
+// chargePaymentIntents returns the PaymentIntents on Stripe that carry charge
+// c's key: its Stripe customer's PaymentIntents created since the charge's
 // period began (minus lookupLookback), every page, matched by
 // metadata.tally_charge_key — which stays the same across key generations,
-// so an earlier generation's PaymentIntent is never missed. The bound is the
-// period's start, not the charge's first attempt in this database: that
-// record may have been lost (a restored backup, a lossy failover) and the
-// charge created again later. It lists; it never uses Stripe Search, which
-// lags.
+// so an earlier generation's PaymentIntent is never missed — and by
+// metadata.tally_namespace, so another deployment's are never touched. The
+// bound is the period's start, not the charge's first attempt in this
+// database: that record may have been lost (a restored backup, a lossy
+// failover) and the charge created again later. It lists; it never uses
+// Stripe Search, which lags.
 func chargePaymentIntents(ctx context.Context, s Stripe, c *ledger.Charge) ([]*stripe.PaymentIntent, error) {
 	all, err := s.PaymentIntentList(ctx, c.StripeCustomerID, c.PeriodStartsAt.Add(-lookupLookback))
 	if err != nil {
@@ -32,30 +33,35 @@ func chargePaymentIntents(ctx context.Context, s Stripe, c *ledger.Charge) ([]*s
 	}
 	var mine []*stripe.PaymentIntent
 	for _, pi := range all {
-		if pi.Metadata["tally_charge_key"] == c.ChargeKey {
+		if pi.Metadata["tally_charge_key"] == c.ChargeKey && pi.Metadata["tally_namespace"] == c.KeyNamespace {
 			mine = append(mine, pi)
 		}
 	}
 	return mine, nil
 }
 
+// paymentIntentFacts is what the ledger checks of a PaymentIntent before it
+// records it as a charge's (ledger.Charge.PaymentIntentMismatch).
+func paymentIntentFacts(pi *stripe.PaymentIntent) ledger.PaymentIntentFacts {
+	return ledger.PaymentIntentFacts{ID: pi.ID, Customer: customerOf(pi), Amount: pi.Amount, Currency: string(pi.Currency),
+		Livemode: pi.Livemode, ChargeKey: pi.Metadata["tally_charge_key"], Namespace: pi.Metadata["tally_namespace"]}
+}
+
 // reconcileOutcome says what the charge's PaymentIntents on Stripe mean: one
-// → its outcome (resolved by reconcile); more than one → held, a double charge
-// a human must see. found is false when there is none.
-func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent) (o ledger.Outcome, found bool) {
+// that is really the charge's (the ledger's check, against livemode, the mode
+// of Tally's key) → its outcome (resolved by reconcile); one that differs →
+// held payment_intent_mismatch; more than one → held, a double charge a human
+// must see. found is false when there is none.
+func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent, livemode bool) (o ledger.Outcome, found bool) {
 	switch len(pis) {
 	case 0:
 		return ledger.Outcome{}, false
 	case 1:
 		pi := pis[0]
-		if pi.Amount != c.AmountCents || string(pi.Currency) != c.Currency || pi.Customer == nil || pi.Customer.ID != c.StripeCustomerID {
-			// The key matches but not what the charge would have sent: not
-			// ours to adopt blindly (another environment? a bug?).
-			return ledger.Outcome{
-				Class: ledger.OutcomeHeld, HeldReason: ledger.HeldPaymentIntentMismatch,
-				ErrorMessage: fmt.Sprintf("PaymentIntent %s carries tally_charge_key %s but is for %d %s of %s; the charge is %d %s of %s",
-					pi.ID, c.ChargeKey, pi.Amount, pi.Currency, customerOf(pi), c.AmountCents, c.Currency, c.StripeCustomerID),
-			}, true
+		if why := c.PaymentIntentMismatch(paymentIntentFacts(pi), livemode); why != "" {
+			// Not ours to adopt (a restored ledger summing to another amount,
+			// another environment, a bug): a human decides.
+			return ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldPaymentIntentMismatch, ErrorMessage: why}, true
 		}
 		o = outcomeFromPaymentIntent(pi)
 		o.ResolvedBy = "reconcile"
@@ -109,7 +115,7 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 	}
 	res.PaymentIntents = pis
 
-	o, found := reconcileOutcome(c, pis)
+	o, found := reconcileOutcome(c, pis, s.Livemode())
 	if !found {
 		if !c.Status.Chargeable() {
 			res.Action = "unchanged"

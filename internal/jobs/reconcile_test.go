@@ -50,10 +50,10 @@ func TestKeyWindowReconciliation(t *testing.T) {
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		require.Equal(t, 1, c.KeyGeneration)
-		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), c.IdempotencyKey)
+		require.Equal(t, ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 1), c.IdempotencyKey)
 		pis := b.sim.PaymentIntentList()
 		require.Len(t, pis, 1, "the next generation's key created exactly one PaymentIntent")
-		require.Equal(t, ledger.ChargeKey("acme", "2026-11"), pis[0].Metadata["tally_charge_key"])
+		require.Equal(t, ledger.ChargeKey("default", "acme", "2026-11"), pis[0].Metadata["tally_charge_key"])
 	})
 
 	t.Run("CrashAfterNewKeyBeforeStripe", func(t *testing.T) {
@@ -88,6 +88,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(300), Currency: stripe.String("usd"),
 				Customer: stripe.String("cus_acme"), Confirm: stripe.Bool(true), PaymentMethod: stripe.String("pm_card_visa")}
 			params.AddMetadata("tally_charge_key", charge.ChargeKey)
+			params.AddMetadata("tally_namespace", charge.KeyNamespace)
 			params.SetIdempotencyKey(fmt.Sprintf("elsewhere-%d", i))
 			_, err := b.stripe.PaymentIntentCreate(ctx, params)
 			require.NoError(t, err)

@@ -103,7 +103,7 @@ func recoverCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.Ch
 		return item
 	}
 	item.PaymentIntents = pis
-	switch o, found := reconcileOutcome(c, pis); {
+	switch o, found := reconcileOutcome(c, pis, s.Livemode()); {
 	case !found:
 		item.Action = "none found"
 	case o.Class == ledger.OutcomeHeld:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
@@ -34,6 +35,10 @@ type Stripe interface {
 	// RefundCreate refunds (in full unless params say otherwise) a
 	// PaymentIntent's charge.
 	RefundCreate(ctx context.Context, params *stripe.RefundParams) (*stripe.Refund, error)
+
+	// Livemode reports whether the key is a live one (sk_live_, rk_live_):
+	// a PaymentIntent of the other mode is never a charge's.
+	Livemode() bool
 }
 
 // StripeTimeoutDefault bounds one Stripe call when StripeConfig.Timeout is zero.
@@ -57,9 +62,13 @@ type StripeConfig struct {
 // StripeAPI is Stripe through stripe-go, with stripe-go's own retries off:
 // every retry goes through River and the charge's attempt log.
 type StripeAPI struct {
-	api     *client.API
-	timeout time.Duration
+	api      *client.API
+	timeout  time.Duration
+	livemode bool
 }
+
+// Livemode implements Stripe from the key's prefix.
+func (s *StripeAPI) Livemode() bool { return s.livemode }
 
 // NewStripeAPI returns a StripeAPI for config.
 func NewStripeAPI(config StripeConfig) *StripeAPI {
@@ -78,7 +87,8 @@ func NewStripeAPI(config StripeConfig) *StripeAPI {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendConfig)
 	api := &client.API{}
 	api.Init(config.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
-	return &StripeAPI{api: api, timeout: config.Timeout}
+	live := strings.HasPrefix(config.APIKey, "sk_live_") || strings.HasPrefix(config.APIKey, "rk_live_")
+	return &StripeAPI{api: api, timeout: config.Timeout, livemode: live}
 }
 
 // PaymentIntentCreate implements Stripe, bounded by the configured timeout.
@@ -165,6 +175,9 @@ func paymentIntentParams(c *ledger.Charge) *stripe.PaymentIntentParams {
 		Description:   stripe.String(fmt.Sprintf("Usage for %s (%s)", c.Period, c.CustomerID)),
 	}
 	params.AddMetadata("tally_charge_key", c.ChargeKey)
+	if c.KeyNamespace != "" {
+		params.AddMetadata("tally_namespace", c.KeyNamespace)
+	}
 	params.AddMetadata("customer_id", c.CustomerID)
 	params.AddMetadata("period", c.Period)
 	params.AddMetadata("charge_id", fmt.Sprint(c.ID))

@@ -83,7 +83,7 @@ func TestStripeContract(t *testing.T) {
 			c := &ledger.Charge{
 				ID: 42, CustomerID: "acme", Period: "2026-11", AmountCents: 12345, Currency: "usd",
 				StripeCustomerID: "cus_123", StripePaymentMethodID: pm,
-				ChargeKey: ledger.ChargeKey("acme", "2026-11"), IdempotencyKey: ledger.ChargeIdempotencyKey("acme", "2026-11", 0),
+				ChargeKey: ledger.ChargeKey("", "acme", "2026-11"), IdempotencyKey: ledger.ChargeIdempotencyKey("", "acme", "2026-11", 0),
 			}
 			pi, err := api.PaymentIntentCreate(ctx, paymentIntentParams(c))
 			require.NoError(t, err, fmt.Sprintf("payment method %v", pm))

@@ -38,14 +38,24 @@ func (StripeEventArgs) InsertOpts() river.InsertOpts {
 //   - payment_intent.succeeded / payment_failed / processing / canceled
 //     settle the charge found by PaymentIntent id or metadata.tally_charge_key,
 //     monotonically (a late processing never undoes succeeded);
-//   - refund.created (and charge.refunded, when it lists its refunds) appends
-//     the refund, charge.dispute.created the dispute;
+//   - refund.created, refund.updated, charge.refund.updated, refund.failed
+//     (and charge.refunded, when it lists its refunds) record the refund and
+//     the status the event shows; charge.dispute.created, .updated, .closed,
+//     .funds_withdrawn and .funds_reinstated the dispute and its status. Each
+//     is a row per (object, event) in billing.refund_events or
+//     billing.dispute_events; billing.refunds_current and
+//     billing.disputes_current rank them, so a duplicated or late event never
+//     moves a refund or dispute backwards;
 //   - anything else, or a PaymentIntent Tally did not create, is ignored.
 type StripeEventWorker struct {
 	river.WorkerDefaults[StripeEventArgs]
 
 	ledger *ledger.Ledger
 	logger *slog.Logger
+
+	// livemode is the mode of Tally's Stripe key: a PaymentIntent of the
+	// other mode is never a charge's.
+	livemode bool
 }
 
 // Work processes the event.
@@ -68,10 +78,15 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		if err := json.Unmarshal(e.Data.Raw, &pi); err != nil {
 			return "", "", fmt.Errorf("error decoding PaymentIntent: %w", err)
 		}
+		if ns := pi.Metadata["tally_namespace"]; ns != "" && ns != w.ledger.Namespace() {
+			return ledger.StripeEventIgnored, "PaymentIntent " + pi.ID + " is namespace " + ns + "'s, another deployment's", nil
+		}
 		o := outcomeFromPaymentIntent(&pi)
 		o.ResolvedBy = actor
+		facts := paymentIntentFacts(&pi)
 		c, changed, err := w.ledger.ChargeResolveTx(ctx, tx, ledger.ChargeResolveParams{
 			ChargeKey: pi.Metadata["tally_charge_key"], Outcome: o, Actor: actor,
+			PaymentIntent: &facts, Livemode: w.livemode,
 		})
 		var double *ledger.DoubleChargeError
 		switch {
@@ -100,11 +115,9 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 			return ledger.StripeEventIgnored, "charge.refunded without refunds data; refund.created records the refund", nil
 		}
 		for _, r := range ch.Refunds.Data {
-			_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
-				StripeID: r.ID, StripeChargeID: ch.ID, StripePaymentIntentID: idOf(ch.PaymentIntent),
-				AmountCents: r.Amount, Currency: string(r.Currency), Status: string(r.Status), Reason: string(r.Reason),
-				CreatedAt: time.Unix(r.Created, 0).UTC(), EventID: ev.ID,
-			})
+			p := refundParams(r, &e, ev.ID)
+			p.StripeChargeID, p.StripePaymentIntentID = ch.ID, idOf(ch.PaymentIntent)
+			_, err := w.ledger.RefundRecordTx(ctx, tx, p)
 			if errors.Is(err, ledger.ErrNotFound) {
 				return ledger.StripeEventIgnored, "charge " + ch.ID + " is not Tally's", nil
 			}
@@ -114,45 +127,84 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		}
 		return ledger.StripeEventProcessed, "", nil
 
-	case "refund.created", "charge.refund.updated":
+	case "refund.created", "refund.updated", "refund.failed", "charge.refund.updated":
 		// Since API version 2022-11-15 charge.refunded carries no refunds
-		// list; the Refund object comes in these events.
+		// list; the Refund object comes in these events, and its later
+		// status changes (pending → succeeded or failed, succeeded → failed)
+		// in the updates.
 		var re stripe.Refund
 		if err := json.Unmarshal(e.Data.Raw, &re); err != nil {
 			return "", "", fmt.Errorf("error decoding Refund: %w", err)
 		}
-		_, err := w.ledger.RefundRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
-			StripeID: re.ID, StripeChargeID: idOfCharge(re.Charge), StripePaymentIntentID: idOf(re.PaymentIntent),
-			AmountCents: re.Amount, Currency: string(re.Currency), Status: string(re.Status), Reason: string(re.Reason),
-			CreatedAt: time.Unix(re.Created, 0).UTC(), EventID: ev.ID,
-		})
+		created, err := w.ledger.RefundRecordTx(ctx, tx, refundParams(&re, &e, ev.ID))
 		if errors.Is(err, ledger.ErrNotFound) {
 			return ledger.StripeEventIgnored, "refunded charge is not Tally's", nil
 		}
 		if err != nil {
 			return "", "", err
 		}
+		w.logAdjustment(ctx, "refund", ev.ID, string(e.Type), re.ID, string(re.Status), created)
 		return ledger.StripeEventProcessed, "", nil
 
-	case "charge.dispute.created":
+	case "charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated":
 		var d stripe.Dispute
 		if err := json.Unmarshal(e.Data.Raw, &d); err != nil {
 			return "", "", fmt.Errorf("error decoding Dispute: %w", err)
 		}
-		_, err := w.ledger.DisputeRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+		p := ledger.ChargeAdjustmentParams{
 			StripeID: d.ID, StripeChargeID: idOfCharge(d.Charge), StripePaymentIntentID: idOf(d.PaymentIntent),
 			AmountCents: d.Amount, Currency: string(d.Currency), Status: string(d.Status), Reason: string(d.Reason),
-			CreatedAt: time.Unix(d.Created, 0).UTC(), EventID: ev.ID,
-		})
+			CreatedAt: time.Unix(d.Created, 0).UTC(), EventID: ev.ID, EventType: string(e.Type),
+			EventCreatedAt: eventCreatedAt(&e),
+		}
+		if d.EvidenceDetails != nil && d.EvidenceDetails.DueBy > 0 {
+			due := time.Unix(d.EvidenceDetails.DueBy, 0).UTC()
+			p.EvidenceDueBy = &due
+		}
+		created, err := w.ledger.DisputeRecordTx(ctx, tx, p)
 		if errors.Is(err, ledger.ErrNotFound) {
 			return ledger.StripeEventIgnored, "disputed charge is not Tally's", nil
 		}
 		if err != nil {
 			return "", "", err
 		}
+		w.logAdjustment(ctx, "dispute", ev.ID, string(e.Type), d.ID, string(d.Status), created)
 		return ledger.StripeEventProcessed, "", nil
 	}
 	return ledger.StripeEventIgnored, "", nil
+}
+
+// refundParams is what event e (stored as eventID) shows of refund re.
+func refundParams(re *stripe.Refund, e *stripe.Event, eventID string) ledger.ChargeAdjustmentParams {
+	return ledger.ChargeAdjustmentParams{
+		StripeID: re.ID, StripeChargeID: idOfCharge(re.Charge), StripePaymentIntentID: idOf(re.PaymentIntent),
+		AmountCents: re.Amount, Currency: string(re.Currency), Status: string(re.Status), Reason: string(re.Reason),
+		CreatedAt: time.Unix(re.Created, 0).UTC(), EventID: eventID, EventType: string(e.Type),
+		EventCreatedAt: eventCreatedAt(e), FailureReason: string(re.FailureReason),
+	}
+}
+
+// eventCreatedAt is when Stripe created event e (zero when it does not say).
+func eventCreatedAt(e *stripe.Event) time.Time {
+	if e.Created == 0 {
+		return time.Time{}
+	}
+	return time.Unix(e.Created, 0).UTC()
+}
+
+// logAdjustment logs a refund's or dispute's status as an event showed it.
+// A failed or canceled refund (the customer did not get the money back) and
+// a dispute that needs a response or was lost are warnings.
+func (w *StripeEventWorker) logAdjustment(ctx context.Context, object, eventID, eventType, objectID, status string, created bool) {
+	level := slog.LevelInfo
+	switch status {
+	case "failed", "canceled", "needs_response", "warning_needs_response", "lost":
+		level = slog.LevelWarn
+	}
+	w.logger.Log(ctx, level, "stripe event recorded a "+object+" status",
+		slog.String("event_id", eventID), slog.String("type", eventType), slog.String("object_id", objectID),
+		slog.String("status", status), slog.Bool("new", created))
 }
 
 func idOf(pi *stripe.PaymentIntent) string {

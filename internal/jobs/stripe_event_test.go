@@ -45,8 +45,9 @@ func piEvent(id, typ, piID, status, chargeKey string) map[string]any {
 		"id": id, "object": "event", "type": typ, "created": time.Now().Unix(), "api_version": stripesim.APIVersion,
 		"livemode": false, "pending_webhooks": 1,
 		"data": map[string]any{"object": map[string]any{
-			"id": piID, "object": "payment_intent", "status": status, "amount": 100, "currency": "usd",
-			"latest_charge": "ch_" + strings.TrimPrefix(piID, "pi_"), "metadata": map[string]string{"tally_charge_key": chargeKey},
+			"id": piID, "object": "payment_intent", "status": status, "amount": 100, "currency": "usd", "customer": "cus_acme",
+			"latest_charge": "ch_" + strings.TrimPrefix(piID, "pi_"),
+			"metadata": map[string]string{"tally_charge_key": chargeKey, "tally_namespace": "default"},
 		}},
 	}
 }
@@ -119,6 +120,47 @@ func TestStripeWebhooks(t *testing.T) {
 		b.waitEvent(t, ctx, "evt_crash", ledger.StripeEventProcessed)
 		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		require.Equal(t, "webhook:evt_crash", *c.ResolvedBy)
+	})
+
+	t.Run("PaymentIntentThatDiffersIsHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
+		url := b.apiServer(t)
+
+		// The charge's key, but another amount: never its outcome.
+		ev := piEvent("evt_other", "payment_intent.succeeded", "pi_elsewhere", "succeeded", charge.ChargeKey)
+		ev["data"].(map[string]any)["object"].(map[string]any)["amount"] = 999
+		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
+		require.Equal(t, http.StatusOK, status)
+		b.waitEvent(t, ctx, "evt_other", ledger.StripeEventProcessed)
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+		require.Equal(t, ledger.HeldPaymentIntentMismatch, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, "999 usd, not 100 usd")
+		require.NotEqual(t, "pi_elsewhere", *c.StripePaymentIntentID)
+	})
+
+	t.Run("AnotherNamespaceIsIgnored", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
+		url := b.apiServer(t)
+
+		ev := piEvent("evt_staging", "payment_intent.succeeded", "pi_staging", "succeeded", charge.ChargeKey)
+		ev["data"].(map[string]any)["object"].(map[string]any)["metadata"] = map[string]string{
+			"tally_charge_key": charge.ChargeKey, "tally_namespace": "staging"}
+		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
+		require.Equal(t, http.StatusOK, status)
+		b.waitEvent(t, ctx, "evt_staging", ledger.StripeEventIgnored)
+		c, err := b.Ledger.ChargeGet(ctx, charge.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeProcessing, c.Status, "another deployment's PaymentIntent touches nothing")
 	})
 
 	t.Run("OutOfOrderNeverMovesBackwards", func(t *testing.T) {

@@ -72,8 +72,8 @@ func TestPaymentIntentParams(t *testing.T) {
 
 	pm := "pm_1"
 	c := &ledger.Charge{ID: 7, CustomerID: "acme", Period: "2026-11", AmountCents: 1234, Currency: "eur",
-		StripeCustomerID: "cus_1", StripePaymentMethodID: &pm, ChargeKey: ledger.ChargeKey("acme", "2026-11"),
-		IdempotencyKey: ledger.ChargeIdempotencyKey("acme", "2026-11", 0)}
+		StripeCustomerID: "cus_1", StripePaymentMethodID: &pm, ChargeKey: ledger.ChargeKey("", "acme", "2026-11"),
+		IdempotencyKey: ledger.ChargeIdempotencyKey("", "acme", "2026-11", 0)}
 	a, b := paymentIntentParams(c), paymentIntentParams(c)
 	require.Equal(t, a, b, "a pure function of the charge row")
 	require.Equal(t, int64(1234), *a.Amount)

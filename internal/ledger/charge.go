@@ -11,18 +11,35 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ChargeKey is the stable identity of the charge of (customerID, period),
-// sent to Stripe as metadata.tally_charge_key.
-func ChargeKey(customerID, period string) string {
-	sum := sha256.Sum256([]byte("tally:charge:v1:" + customerID + ":" + period))
-	return hex.EncodeToString(sum[:])
+// ChargeKey is the stable identity of the charge of (customerID, period) in
+// deployment namespace (Config.Namespace), sent to Stripe as
+// metadata.tally_charge_key: hex(sha256("tally:charge:v2:" + namespace + ":" +
+// customer + ":" + period)). An empty namespace gives the v1 key of the
+// charges created before namespaces ("tally:charge:v1:" + customer + ":" +
+// period), which they keep.
+func ChargeKey(namespace, customerID, period string) string {
+	return chargeKeyHash(namespace, customerID+":"+period)
 }
 
 // ChargeIdempotencyKey is the Stripe idempotency key of generation gen of
-// the charge of (customerID, period).
-func ChargeIdempotencyKey(customerID, period string, gen int) string {
-	sum := sha256.Sum256([]byte("tally:charge:v1:" + customerID + ":" + period + ":" + strconv.Itoa(gen)))
+// the charge of (customerID, period) in namespace (v1 when empty).
+func ChargeIdempotencyKey(namespace, customerID, period string, gen int) string {
+	return chargeKeyHash(namespace, customerID+":"+period+":"+strconv.Itoa(gen))
+}
+
+func chargeKeyHash(namespace, rest string) string {
+	prefix := "tally:charge:v1:"
+	if namespace != "" {
+		prefix = "tally:charge:v2:" + namespace + ":"
+	}
+	sum := sha256.Sum256([]byte(prefix + rest))
 	return hex.EncodeToString(sum[:])
+}
+
+// IdempotencyKeyFor is the charge's Stripe idempotency key of generation gen,
+// derived the way its keys were (its KeyNamespace).
+func (c *Charge) IdempotencyKeyFor(gen int) string {
+	return ChargeIdempotencyKey(c.KeyNamespace, c.CustomerID, c.Period, gen)
 }
 
 // Charge is the charge of one (customer, period). Its amount, currency and
@@ -89,6 +106,11 @@ type Charge struct {
 	// carried_forward charge, is the charge that bills it.
 	CarriedInCents int64
 	CarriedInto    *int64
+
+	// KeyNamespace is the deployment namespace the charge's keys derive from
+	// (and its PaymentIntents carry as metadata.tally_namespace); empty for a
+	// v1 charge, keyed before namespaces existed.
+	KeyNamespace string
 }
 
 // LeaseLive reports whether a run holds the charge's lease now, on
@@ -105,7 +127,7 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        generation_first_attempted_at, last_attempted_at, created_at, updated_at,
        period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
        budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds,
-       carried_in_cents, carried_into`
+       carried_in_cents, carried_into, coalesce(key_namespace, '') AS key_namespace`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -116,7 +138,7 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
 		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
-		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto)
+		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto, &c.KeyNamespace)
 	if err != nil {
 		return nil, err
 	}

@@ -184,7 +184,7 @@ SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $
     held_reason = NULL, held_detail = NULL, held_at = NULL, held_alerted_at = NULL,
     key_generation = $3, idempotency_key = CASE WHEN $3 = key_generation THEN idempotency_key ELSE $4 END,
     generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END
-WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, ChargeIdempotencyKey(c.CustomerID, c.Period, gen)))
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen)))
 		if err != nil {
 			return nil, fmt.Errorf("error approving: %w", err)
 		}

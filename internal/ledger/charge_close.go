@@ -70,7 +70,7 @@ WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != ni
 		if !isNotFound(err) {
 			return fmt.Errorf("error reading charge: %w", err)
 		}
-		charge, err = chargeCreateTx(ctx, tx, p, now)
+		charge, err = chargeCreateTx(ctx, tx, p, l.config.Namespace, now)
 		return err
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != ni
 }
 
 // chargeCreateTx sums the closed period and inserts its charge.
-func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, now time.Time) (*Charge, error) {
+func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, namespace string, now time.Time) (*Charge, error) {
 	var count, total int64
 	var currency, stripeCustomer string
 	var paymentMethod *string
@@ -113,11 +113,12 @@ GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_
 	charge, err := scanCharge(tx.QueryRow(ctx, `
 INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count,
                              stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key,
-                             period_starts_at, carried_in_cents, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+                             period_starts_at, carried_in_cents, key_namespace, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14)
 RETURNING `+chargeColumns,
 		p.CustomerID, p.Period, status, total+carried, currency, count, stripeCustomer, paymentMethod,
-		ChargeKey(p.CustomerID, p.Period), ChargeIdempotencyKey(p.CustomerID, p.Period, 0), startsAt, carried, now))
+		ChargeKey(namespace, p.CustomerID, p.Period), ChargeIdempotencyKey(namespace, p.CustomerID, p.Period, 0),
+		startsAt, carried, namespace, now))
 	if err != nil {
 		return nil, fmt.Errorf("error creating charge: %w", err)
 	}

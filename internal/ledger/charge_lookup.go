@@ -47,7 +47,7 @@ SET status = CASE WHEN $5 THEN 'pending' ELSE status END,
     updated_at = $6
 WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_generation = $7
 RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
-			ChargeIdempotencyKey(claim.Charge.CustomerID, claim.Charge.Period, gen), claim.KeyExpired, now,
+			claim.Charge.IdempotencyKeyFor(gen), claim.KeyExpired, now,
 			claim.Charge.KeyGeneration))
 		if err == pgx.ErrNoRows {
 			return ErrLeaseLost

@@ -31,6 +31,14 @@ type ChargeResolveParams struct {
 
 	// Actor is who resolves: webhook:<event id>, reconciler, operator:….
 	Actor string
+
+	// PaymentIntent, when set, is what Stripe says the outcome's
+	// PaymentIntent is for; one that is not the charge's
+	// (Charge.PaymentIntentMismatch, against Livemode, the mode of Tally's
+	// Stripe key) is never recorded: the charge is held
+	// payment_intent_mismatch instead, or, settled, gets an ALERT transition.
+	PaymentIntent *PaymentIntentFacts
+	Livemode      bool
 }
 
 // ChargeResolve settles a charge from what Stripe says of its PaymentIntent
@@ -120,6 +128,15 @@ ORDER BY (stripe_payment_intent_id = $1) DESC NULLS LAST LIMIT 1 FOR UPDATE`, pi
 	case OutcomeSucceeded, OutcomeFailed, OutcomeProcessing, OutcomeHeld:
 	default:
 		return c, false, nil // unknown news settles nothing
+	}
+	if p.PaymentIntent != nil {
+		if why := c.PaymentIntentMismatch(*p.PaymentIntent, p.Livemode); why != "" {
+			l.logger.ErrorContext(ctx, "ALERT "+why, "charge_id", c.ID, "actor", p.Actor)
+			if c.Terminal() || c.Status == ChargeHeld {
+				return c, false, transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, p.Actor, "ALERT "+why)
+			}
+			p.Outcome = Outcome{Class: OutcomeHeld, HeldReason: HeldPaymentIntentMismatch, ErrorMessage: why}
+		}
 	}
 	updated, changed, double, err := l.chargeTakeOutcomeTx(ctx, tx, now, c, p.Outcome, p.Actor, false)
 	if err != nil {

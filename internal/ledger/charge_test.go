@@ -19,9 +19,13 @@ import (
 func TestChargeKeys(t *testing.T) {
 	t.Parallel()
 	// Values from: echo -n "tally:charge:v1:acme:2026-11" | sha256sum (and ":0").
-	require.Equal(t, "e9573a96c8fa854f5b7930a9726988265eb17390b5cc8a91ae09162b0b3e0805", ledger.ChargeKey("acme", "2026-11"))
-	require.Equal(t, "7e069e69beb29af601010f586b537ade06b5095a8b659089adbc4d20da76e443", ledger.ChargeIdempotencyKey("acme", "2026-11", 0))
-	require.NotEqual(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 0), ledger.ChargeIdempotencyKey("acme", "2026-11", 1))
+	require.Equal(t, "e9573a96c8fa854f5b7930a9726988265eb17390b5cc8a91ae09162b0b3e0805", ledger.ChargeKey("", "acme", "2026-11"), "v1")
+	require.Equal(t, "7e069e69beb29af601010f586b537ade06b5095a8b659089adbc4d20da76e443", ledger.ChargeIdempotencyKey("", "acme", "2026-11", 0), "v1")
+	// echo -n "tally:charge:v2:default:acme:2026-11" | sha256sum (and ":0").
+	require.Equal(t, "c54250aec7c8802ffb2b4d388552208f89f187f01c502419fbf25d7a9e504caf", ledger.ChargeKey("default", "acme", "2026-11"))
+	require.Equal(t, "ffb3eefae49f876b29fce0e600471a332bf238f861909e3f2f1c00b53c219bb3", ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 0))
+	require.NotEqual(t, ledger.ChargeKey("default", "acme", "2026-11"), ledger.ChargeKey("staging", "acme", "2026-11"))
+	require.NotEqual(t, ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 0), ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 1))
 }
 
 func (b *testBundle) close(t *testing.T, ctx context.Context) *ledger.Charge {
@@ -150,8 +154,8 @@ func TestPeriodClose(t *testing.T) {
 		require.Equal(t, int64(2), c.EventCount)
 		require.Equal(t, "cus_acme", c.StripeCustomerID)
 		require.Nil(t, c.StripePaymentMethodID)
-		require.Equal(t, ledger.ChargeKey("acme", "2026-11"), c.ChargeKey)
-		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 0), c.IdempotencyKey)
+		require.Equal(t, ledger.ChargeKey("default", "acme", "2026-11"), c.ChargeKey)
+		require.Equal(t, ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 0), c.IdempotencyKey)
 
 		// A later customer change does not reach the charge.
 		pm := "pm_new"
@@ -282,7 +286,7 @@ func TestChargeResolve(t *testing.T) {
 	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class ledger.OutcomeClass, pi string) (*ledger.Charge, bool, error) {
 		t.Helper()
 		return b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{
-			ChargeKey: ledger.ChargeKey("acme", "2026-11"), Actor: "webhook:test",
+			ChargeKey: ledger.ChargeKey("default", "acme", "2026-11"), Actor: "webhook:test",
 			Outcome: ledger.Outcome{Class: class, StripePaymentIntentID: pi, ErrorCode: "x"},
 		})
 	}
@@ -428,7 +432,7 @@ func TestChargeLookup(t *testing.T) {
 		next, err := b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
 		require.NoError(t, err)
 		require.Equal(t, 1, next.Charge.KeyGeneration)
-		require.Equal(t, ledger.ChargeIdempotencyKey("acme", "2026-11", 1), next.Charge.IdempotencyKey)
+		require.Equal(t, ledger.ChargeIdempotencyKey("default", "acme", "2026-11", 1), next.Charge.IdempotencyKey)
 		require.Equal(t, ledger.ChargePending, next.Charge.Status, "unknown → pending with the next key")
 		require.NotZero(t, next.AttemptID)
 		require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "a fresh window")

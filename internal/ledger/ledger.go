@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -23,6 +24,16 @@ const CloseGraceDefault = time.Hour
 // after its first use, when Config.StripeKeyWindow is zero. Stripe keeps a
 // key for at least 24 h; the hour of margin covers clock skew and slow calls.
 const StripeKeyWindowDefault = 23 * time.Hour
+
+// NamespaceDefault is the deployment namespace when Config.Namespace is
+// empty.
+const NamespaceDefault = "default"
+
+// namespacePattern is what a namespace may be (the column's CHECK too).
+var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Namespace returns the deployment namespace of new charges.
+func (l *Ledger) Namespace() string { return l.config.Namespace }
 
 // AnomalyFactorDefault is the anomaly guard's factor that the server
 // configures when TALLY_ANOMALY_FACTOR is unset.
@@ -89,6 +100,13 @@ type Config struct {
 	// disables the guard; the server's default is AnomalyFactorDefault.
 	AnomalyFactor float64
 
+	// Namespace is the deployment namespace (TALLY_NAMESPACE) that new
+	// charges derive their keys from and send as metadata.tally_namespace:
+	// deployments sharing one Stripe account never touch each other's
+	// PaymentIntents. Lower-case letters, digits, _ and -, up to 63. Default
+	// NamespaceDefault.
+	Namespace string
+
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 
@@ -113,6 +131,9 @@ func (c Config) WithDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.Namespace == "" {
+		c.Namespace = NamespaceDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -134,6 +155,9 @@ func (c Config) validate() error {
 	}
 	if c.AnomalyFactor < 0 {
 		return errors.New("AnomalyFactor must not be negative")
+	}
+	if !namespacePattern.MatchString(c.Namespace) {
+		return fmt.Errorf("Namespace %q: use lower-case letters, digits, _ and -, 1 to 63 of them, starting with a letter or digit", c.Namespace)
 	}
 	return nil
 }
