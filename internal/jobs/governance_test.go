@@ -268,4 +268,3 @@ func TestTwoNamespacesOneStripeAccount(t *testing.T) {
 	require.Equal(t, *s.StripePaymentIntentID, *s2.StripePaymentIntentID)
 	require.Equal(t, ledger.ChargeSucceeded, s2.Status)
 }
-

@@ -47,7 +47,7 @@ func piEvent(id, typ, piID, status, chargeKey string) map[string]any {
 		"data": map[string]any{"object": map[string]any{
 			"id": piID, "object": "payment_intent", "status": status, "amount": 100, "currency": "usd", "customer": "cus_acme",
 			"latest_charge": "ch_" + strings.TrimPrefix(piID, "pi_"),
-			"metadata": map[string]string{"tally_charge_key": chargeKey, "tally_namespace": "default"},
+			"metadata":      map[string]string{"tally_charge_key": chargeKey, "tally_namespace": "default"},
 		}},
 	}
 }
