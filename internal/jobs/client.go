@@ -68,6 +68,25 @@ type WorkerConfig struct {
 	// Default ledger.StripeEventRetentionDefault.
 	StripeEventRetention time.Duration
 
+	// SweepInterval is how often the sweep (SweepWorker) looks for periods
+	// and Stripe events whose job was lost. Default SweepIntervalDefault.
+	SweepInterval time.Duration
+
+	// SweepAfter is how long a period must be past its closes_at, or a
+	// Stripe event past its receipt, before the sweep runs a job of it that
+	// cannot run any more again. Default SweepAfterDefault.
+	SweepAfter time.Duration
+
+	// StripeEventStuckAttempts is how many failed attempts make an
+	// unprocessed Stripe event stuck (ALERT stripe_event_stuck). Default
+	// StripeEventStuckAttemptsDefault.
+	StripeEventStuckAttempts int
+
+	// StripeEventStuckAfter is how long after its receipt an unprocessed
+	// Stripe event is stuck, whatever its attempts. Default
+	// StripeEventStuckAfterDefault.
+	StripeEventStuckAfter time.Duration
+
 	// crashHook is passed to the charge worker (tests only).
 	crashHook func(point string) error
 
@@ -100,16 +119,24 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	config.ReconcileInterval = cmp.Or(config.ReconcileInterval, ReconcileIntervalDefault)
 	config.ReconcileAfter = cmp.Or(config.ReconcileAfter, ReconcileAfterDefault)
 	config.StripeEventRetention = cmp.Or(config.StripeEventRetention, ledger.StripeEventRetentionDefault)
+	config.SweepInterval = cmp.Or(config.SweepInterval, SweepIntervalDefault)
+	config.SweepAfter = cmp.Or(config.SweepAfter, SweepAfterDefault)
+	config.StripeEventStuckAttempts = cmp.Or(config.StripeEventStuckAttempts, StripeEventStuckAttemptsDefault)
+	config.StripeEventStuckAfter = cmp.Or(config.StripeEventStuckAfter, StripeEventStuckAfterDefault)
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
-	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger})
+	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger, livemode: config.Stripe.Livemode()})
 	river.AddWorker(workers, &ChargeResolveWorker{ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger})
 	river.AddWorker(workers, &ChargeReconcileWorker{
 		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger, after: config.ReconcileAfter,
 	})
 	river.AddWorker(workers, &StripeEventRetentionWorker{
 		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
+	})
+	river.AddWorker(workers, &SweepWorker{
+		ledger: config.Ledger, logger: config.Logger, after: config.SweepAfter,
+		stuckAttempts: config.StripeEventStuckAttempts, stuckAfter: config.StripeEventStuckAfter,
 	})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: config.Logger,
@@ -126,6 +153,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 			river.NewPeriodicJob(river.PeriodicInterval(retentionInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return StripeEventRetentionArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "stripe_event_retention", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(config.SweepInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "sweep", RunOnStart: true}),
 		},
 		Workers: workers,
 		// Every job kind gets the charge job's timeout; River rescues a job

@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Refund is a refund of one of Tally's charges with its current status, as
+// billing.refunds_current shows it: the highest-ranked status Tally has seen
+// (billing.refund_status_rank: requires_action, pending < succeeded < failed,
+// canceled), so a duplicated or late webhook never moves it backwards.
+type Refund struct {
+	StripeRefundID        string
+	ChargeID              *int64
+	StripeChargeID        string
+	StripePaymentIntentID *string
+	AmountCents           int64
+	Currency              string
+	Reason                *string
+	StripeCreatedAt       time.Time
+	Status                string
+	FailureReason         *string
+
+	// StatusEventID and StatusEventType are the Stripe event that showed
+	// Status (nil: Tally's own API call), StatusObservedAt its created.
+	StatusEventID    *string
+	StatusEventType  *string
+	StatusObservedAt *time.Time
+}
+
+// RefundRecordTx records what a Stripe event shows of a refund of one of
+// Tally's charges, in tx: the refund itself in billing.refunds the first
+// time (once per Stripe refund id; that row never changes) and the status it
+// shows in billing.refund_events (once per refund and event), and reports
+// whether that status row is new. The charge is the one the refund was first
+// recorded with (a resolve's refund of another PaymentIntent), else the one
+// paid by its Stripe charge or PaymentIntent; it returns ErrNotFound when
+// neither is Tally's.
+func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
+	chargeID, err := adjustmentChargeTx(ctx, tx, `SELECT charge_id FROM billing.refunds WHERE stripe_refund_id = $1`, p)
+	if err != nil {
+		return false, err
+	}
+	return l.refundRecordTx(ctx, tx, chargeID, p)
+}
+
+// RefundRecordResolve records a refund that an operator's resolve of charge
+// chargeID made (of a PaymentIntent the charge does not keep), as Stripe's
+// answer shows it: the refund once per Stripe refund id, and its status once.
+// It reports whether the status row is new, and commits. Later webhooks about
+// the refund find it by its id and record its status changes.
+func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+	p.EventID, p.EventType = "", ""
+	var created bool
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		created, err = l.refundRecordTx(ctx, tx, chargeID, p)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("error recording refund %s of charge %d: %w", p.StripeID, chargeID, err)
+	}
+	return created, nil
+}
+
+// refundRecordTx appends the refund unless known, and its status.
+func (l *Ledger) refundRecordTx(ctx context.Context, tx pgx.Tx, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+	now := l.now()
+	if _, err := tx.Exec(ctx, `
+INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
+                             amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (stripe_refund_id) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, nullString(p.EventID)); err != nil {
+		return false, fmt.Errorf("error recording refund %s: %w", p.StripeID, err)
+	}
+	if p.Status == "" {
+		return false, nil
+	}
+	tag, err := tx.Exec(ctx, `
+INSERT INTO billing.refund_events (stripe_refund_id, status, failure_reason, stripe_event_id, stripe_event_type,
+                                   observed_at, recorded_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.StripeID, p.Status, nullString(p.FailureReason),
+		nullString(p.EventID), nullString(p.EventType), p.observedAt(), now)
+	if err != nil {
+		return false, fmt.Errorf("error recording status %s of refund %s: %w", p.Status, p.StripeID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// RefundGet returns a refund with its current status, or ErrNotFound.
+func (l *Ledger) RefundGet(ctx context.Context, stripeRefundID string) (*Refund, error) {
+	var r Refund
+	err := l.pool.QueryRow(ctx, `
+SELECT stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents, currency, reason,
+       stripe_created_at, status, failure_reason, status_event_id, status_event_type, status_observed_at
+FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID).Scan(&r.StripeRefundID, &r.ChargeID,
+		&r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents, &r.Currency, &r.Reason, &r.StripeCreatedAt,
+		&r.Status, &r.FailureReason, &r.StatusEventID, &r.StatusEventType, &r.StatusObservedAt)
+	if err == pgx.ErrNoRows {
+		return nil, fmt.Errorf("refund %s %w", stripeRefundID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading refund %s: %w", stripeRefundID, err)
+	}
+	return &r, nil
+}
