@@ -23,10 +23,13 @@ func TestChargeLimits(t *testing.T) {
 		require.False(t, got.BudgetReserved)
 		require.Zero(t, spend(t, ctx, b))
 		require.Equal(t, int64(30), b.Count(t, `SELECT carried_cents FROM billing.customer_carried_forward WHERE customer_id = 'acme'`))
+		cust, err := b.Ledger.CustomerGet(ctx, "acme")
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{"usd": 30}, cust.CarriedForwardCents)
 
 		// December: the customer's next charge bills November's 30 too.
 		b.Clock.Set(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
-		_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "dec-1", AmountCents: 100})
+		_, err = b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "dec-1", AmountCents: 100})
 		require.NoError(t, err)
 		dec, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-12", Actor: "job:2/1"})
 		require.NoError(t, err)

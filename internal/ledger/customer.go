@@ -18,6 +18,11 @@ type Customer struct {
 	MaxChargeCents        *int64
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
+
+	// CarriedForwardCents is what the customer's charges below Stripe's
+	// minimum carry forward, per currency, not yet billed by a later charge
+	// (set by CustomerGet).
+	CarriedForwardCents map[string]int64
 }
 
 // CustomerPutParams are the fields of CustomerPut.
@@ -96,6 +101,22 @@ FROM billing.customers WHERE customer_id = $1`, id))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading customer %s: %w", id, err)
+	}
+	rows, err := l.pool.Query(ctx, `SELECT currency, carried_cents FROM billing.customer_carried_forward WHERE customer_id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("error reading carried amounts of customer %s: %w", id, err)
+	}
+	c.CarriedForwardCents = map[string]int64{}
+	for rows.Next() {
+		var currency string
+		var cents int64
+		if err := rows.Scan(&currency, &cents); err != nil {
+			return nil, fmt.Errorf("error reading carried amounts of customer %s: %w", id, err)
+		}
+		c.CarriedForwardCents[currency] = cents
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading carried amounts of customer %s: %w", id, err)
 	}
 	return c, nil
 }
