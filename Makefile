@@ -12,18 +12,39 @@ CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
 
-.PHONY: help test scale chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
+# Fuzz targets (internal/api; no database needed) and how long each runs:
+# FUZZTIME in `make fuzz`, FUZZTIME_TEST in `make test`. New inputs that
+# crash land in internal/api/testdata/fuzz/<target>/: commit them with the fix.
+FUZZ_PKG         := ./internal/api/
+FUZZ_TARGETS     := FuzzUsageEventDecode FuzzUsageEventBatchDecode FuzzStripeWebhook
+FUZZTIME         ?= 60s
+FUZZTIME_TEST    ?= 3s
+FUZZMINIMIZETIME ?= 10s
+
+# fuzz-run runs every fuzz target for $(1), one `go test -fuzz` each.
+define fuzz-run
+	for target in $(FUZZ_TARGETS); do \
+	  echo "fuzz: $$target for $(1)" >&2; \
+	  $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(1) -fuzzminimizetime=$(FUZZMINIMIZETIME) $(FUZZ_PKG); \
+	done
+endef
+
+.PHONY: help test fuzz scale chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
-test: ## go vet, then go test -race against a real Postgres (+ stripe-mock)
+test: ## go vet, go test -race against a real Postgres (+ stripe-mock), then each fuzz target for FUZZTIME_TEST (3s)
 	$(GO) vet $(PKGS)
 	bash scripts/ensure-tools.sh
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	echo "make test: Postgres admin URL $$admin_url" >&2; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" STRIPE_MOCK_BIN="$(STRIPE_MOCK)" CGO_ENABLED=1 \
 	  $(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) $(PKGS)
+	$(call fuzz-run,$(FUZZTIME_TEST))
+
+fuzz: ## run each fuzz target (usage events, batches, Stripe webhooks) for FUZZTIME (60s); no database needed
+	$(call fuzz-run,$(FUZZTIME))
 
 scale: ## 1,000 customers x 1 period closed at once against the simulator: one PaymentIntent each, amounts = ledger sums
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \

@@ -25,13 +25,22 @@ const (
 	workersDefault         = 50
 	stripeTimeoutDefault   = 30 * time.Second
 	shutdownTimeoutDefault = 25 * time.Second
+
+	// apiDBMaxConnsDefault and workerDBMaxConnsDefault size the two pools
+	// for a 2-core replica: an API request holds a connection for one short
+	// transaction; charge jobs hold one only between Stripe calls, and
+	// River's notifier takes one more out of the workers' pool for LISTEN.
+	apiDBMaxConnsDefault    = 8
+	workerDBMaxConnsDefault = 10
 )
 
 // config is the server's configuration, read from the environment by
 // loadConfig. See the configuration table in README.md.
 type config struct {
 	DatabaseURL          string
-	DBMaxConns           int32
+	APIDBMaxConns        int32 // the API's pool (TALLY_API_DB_MAX_CONNS)
+	WorkerDBMaxConns     int32 // the workers' pool (TALLY_WORKER_DB_MAX_CONNS)
+	DBMaxConnsDeprecated bool  // TALLY_DB_MAX_CONNS is set: warn at start
 	HTTPAddr             string
 	Roles                []string
 	Workers              int
@@ -39,6 +48,7 @@ type config struct {
 	CloseGrace           time.Duration
 	PeriodBudgetCents    int64
 	AnomalyFactor        float64
+	Namespace            string
 	StripeKeyWindow      time.Duration
 	RetryMaxDelay        time.Duration
 	ReconcileInterval    time.Duration
@@ -97,7 +107,6 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		DatabaseURL:          get("DATABASE_URL", ""),
 		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
 		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
-		DBMaxConns:           int32(integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)),
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
 		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
@@ -110,6 +119,18 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		StripeTimeout:        duration("STRIPE_TIMEOUT", stripeTimeoutDefault),
 		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
 	}
+	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the
+	// default of each pool's own variable.
+	legacyMaxConns := integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)
+	c.DBMaxConnsDeprecated = get("TALLY_DB_MAX_CONNS", "") != ""
+	poolDefault := func(def int64) int64 {
+		if legacyMaxConns > 0 {
+			return legacyMaxConns
+		}
+		return def
+	}
+	c.APIDBMaxConns = int32(integer("TALLY_API_DB_MAX_CONNS", poolDefault(apiDBMaxConnsDefault), 1, 10000))
+	c.WorkerDBMaxConns = int32(integer("TALLY_WORKER_DB_MAX_CONNS", poolDefault(workerDBMaxConnsDefault), 2, 10000))
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")
 	}
@@ -134,6 +155,10 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	}
 	c.Cadence = cadence
 	c.PeriodBudgetCents = integer("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62)
+	c.Namespace = get("TALLY_NAMESPACE", ledger.NamespaceDefault)
+	if !ledger.NamespaceValid(c.Namespace) {
+		bad("TALLY_NAMESPACE", "%q: use lower-case letters, digits, _ and -, 1 to 63 of them, such as production or staging", c.Namespace)
+	}
 	c.AnomalyFactor = ledger.AnomalyFactorDefault
 	if v := get("TALLY_ANOMALY_FACTOR", ""); v != "" {
 		f, err := strconv.ParseFloat(v, 64)

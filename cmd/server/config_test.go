@@ -49,6 +49,12 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_PERIOD", map[string]string{"TALLY_PERIOD": "week"}},
 			{"TALLY_PERIOD_BUDGET_CENTS", map[string]string{"TALLY_PERIOD_BUDGET_CENTS": "-5"}},
 			{"TALLY_ANOMALY_FACTOR", map[string]string{"TALLY_ANOMALY_FACTOR": "ten"}},
+			{"TALLY_NAMESPACE", map[string]string{"TALLY_NAMESPACE": "Prod East"}},
+			{"TALLY_API_DB_MAX_CONNS", map[string]string{"TALLY_API_DB_MAX_CONNS": "0"}},
+			{"TALLY_API_DB_MAX_CONNS", map[string]string{"TALLY_API_DB_MAX_CONNS": "lots"}},
+			{"TALLY_DB_MAX_CONNS", map[string]string{"TALLY_DB_MAX_CONNS": "-1"}},
+			{"TALLY_WORKER_DB_MAX_CONNS", map[string]string{"TALLY_WORKER_DB_MAX_CONNS": "1"}},
+			{"TALLY_WORKER_DB_MAX_CONNS", map[string]string{"TALLY_WORKER_DB_MAX_CONNS": "100000"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "foo"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "api,foo"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": ","}},
@@ -77,6 +83,7 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, time.Hour, c.CloseGrace)
 		require.Zero(t, c.PeriodBudgetCents)
 		require.Equal(t, ledger.AnomalyFactorDefault, c.AnomalyFactor)
+		require.Equal(t, ledger.NamespaceDefault, c.Namespace)
 		require.Equal(t, 23*time.Hour, c.StripeKeyWindow)
 		require.Equal(t, "rk_test_123", c.StripeAPIKey)
 		require.Empty(t, c.StripeAPIBase)
@@ -85,7 +92,9 @@ func TestLoadConfig(t *testing.T) {
 		require.False(t, c.AllowLiveSecretKey)
 		require.Equal(t, slog.LevelInfo, c.LogLevel)
 		require.Equal(t, 25*time.Second, c.ShutdownTimeout)
-		require.Zero(t, c.DBMaxConns)
+		require.Equal(t, int32(8), c.APIDBMaxConns)
+		require.Equal(t, int32(10), c.WorkerDBMaxConns)
+		require.False(t, c.DBMaxConnsDeprecated)
 	})
 
 	t.Run("EveryProblemAtOnce", func(t *testing.T) {
@@ -156,8 +165,33 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 5*time.Second, c.StripeTimeout)
 		require.Equal(t, slog.LevelDebug, c.LogLevel)
 		require.Equal(t, 3*time.Second, c.ShutdownTimeout)
-		require.Equal(t, int32(12), c.DBMaxConns)
+		require.Equal(t, int32(12), c.APIDBMaxConns)
+		require.Equal(t, int32(12), c.WorkerDBMaxConns)
+		require.True(t, c.DBMaxConnsDeprecated)
 		require.False(t, c.AllowLiveSecretKey)
+	})
+
+	t.Run("PoolSizes", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadConfig(testEnv(map[string]string{"TALLY_API_DB_MAX_CONNS": "3", "TALLY_WORKER_DB_MAX_CONNS": "20"}))
+		require.NoError(t, err)
+		require.Equal(t, int32(3), c.APIDBMaxConns)
+		require.Equal(t, int32(20), c.WorkerDBMaxConns)
+		require.False(t, c.DBMaxConnsDeprecated)
+
+		// The deprecated TALLY_DB_MAX_CONNS is each pool's default; a pool's
+		// own variable wins.
+		c, err = loadConfig(testEnv(map[string]string{"TALLY_DB_MAX_CONNS": "25", "TALLY_WORKER_DB_MAX_CONNS": "6"}))
+		require.NoError(t, err)
+		require.Equal(t, int32(25), c.APIDBMaxConns)
+		require.Equal(t, int32(6), c.WorkerDBMaxConns)
+		require.True(t, c.DBMaxConnsDeprecated)
+
+		// 0 kept its documented meaning, the default.
+		c, err = loadConfig(testEnv(map[string]string{"TALLY_DB_MAX_CONNS": "0"}))
+		require.NoError(t, err)
+		require.Equal(t, int32(8), c.APIDBMaxConns)
+		require.Equal(t, int32(10), c.WorkerDBMaxConns)
 	})
 
 	t.Run("StripeKeyNotNeededWithoutWorkerRole", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -35,33 +37,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
-	pool, err := ledger.Connect(ctx, cfg.DatabaseURL, "tally-server", cfg.DBMaxConns)
-	if err != nil {
-		return err
+	if cfg.DBMaxConnsDeprecated {
+		logger.WarnContext(ctx, "TALLY_DB_MAX_CONNS is deprecated: it sizes each of the API's and the workers' pools; "+
+			"set TALLY_API_DB_MAX_CONNS and TALLY_WORKER_DB_MAX_CONNS instead",
+			slog.Int("api_db_max_conns", int(cfg.APIDBMaxConns)), slog.Int("worker_db_max_conns", int(cfg.WorkerDBMaxConns)))
 	}
-	defer pool.Close()
 
-	inserter, err := jobs.NewInsertClient(pool, logger)
-	if err != nil {
-		return err
-	}
-	l, err := ledger.New(pool, ledger.Config{
-		Cadence:           cfg.Cadence,
-		CloseGrace:        cfg.CloseGrace,
-		StripeKeyWindow:   cfg.StripeKeyWindow,
-		PeriodBudgetCents: cfg.PeriodBudgetCents,
-		AnomalyFactor:     cfg.AnomalyFactor,
-		Scheduler:         jobs.Scheduler{Client: inserter},
-		Logger:            logger,
-	})
-	if err != nil {
-		return err
+	// The API and the workers each get their own pool (and application_name),
+	// so a flood of requests can never take the connections the charge path
+	// needs, nor the reverse.
+	var apiLedger, workerLedger *ledger.Ledger
+	var apiPool, workerPool *pgxpool.Pool
+	if cfg.has(roleAPI) {
+		apiPool, apiLedger, err = connectLedger(ctx, cfg, logger, appNameAPI, cfg.APIDBMaxConns)
+		if err != nil {
+			return err
+		}
+		defer apiPool.Close()
 	}
 
 	var worker *river.Client[pgx.Tx]
 	if cfg.has(roleWorker) {
-		worker, err = jobs.NewWorkerClient(pool, jobs.WorkerConfig{
-			Ledger: l,
+		workerPool, workerLedger, err = connectLedger(ctx, cfg, logger, appNameWorker, cfg.WorkerDBMaxConns)
+		if err != nil {
+			return err
+		}
+		defer workerPool.Close()
+		worker, err = jobs.NewWorkerClient(workerPool, jobs.WorkerConfig{
+			Ledger: workerLedger,
 			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger,
 			}),
@@ -90,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error listening on TALLY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 		srv = &http.Server{
-			Handler:           api.NewServer(logger, l, readyFunc(pool, worker), cfg.StripeWebhookSecret),
+			Handler:           api.NewServer(logger, apiLedger, readyFunc(apiPool, workerPool, worker), cfg.StripeWebhookSecret),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      60 * time.Second,
@@ -129,23 +132,82 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return errors.Join(errs...)
 }
 
-// readyFunc reports ready when Postgres answers, every migration is applied
-// and, on worker replicas, River's client has not stopped.
-func readyFunc(pool *pgxpool.Pool, worker *river.Client[pgx.Tx]) api.ReadyFunc {
+// Application names of the two pools, as pg_stat_activity shows them.
+const (
+	appNameAPI    = "tally-server-api"
+	appNameWorker = "tally-server-worker"
+)
+
+// connectLedger opens a pool named appName of at most maxConns connections
+// and the ledger that runs on it, with an insert-only River client on the
+// same pool as its scheduler.
+func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, appName string, maxConns int32) (*pgxpool.Pool, *ledger.Ledger, error) {
+	pool, err := ledger.Connect(ctx, cfg.DatabaseURL, appName, maxConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	inserter, err := jobs.NewInsertClient(pool, logger)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	l, err := ledger.New(pool, ledger.Config{
+		Cadence:           cfg.Cadence,
+		CloseGrace:        cfg.CloseGrace,
+		StripeKeyWindow:   cfg.StripeKeyWindow,
+		PeriodBudgetCents: cfg.PeriodBudgetCents,
+		AnomalyFactor:     cfg.AnomalyFactor,
+		Namespace:         cfg.Namespace,
+		Scheduler:         jobs.Scheduler{Client: inserter},
+		Logger:            logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, l, nil
+}
+
+// readyFunc reports ready when Postgres answers on each pool, every
+// migration is applied and, on worker replicas, River's client has not
+// stopped. Its errors are *api.NotReadyError: the reason is answered, the
+// detail only logged.
+func readyFunc(apiPool, workerPool *pgxpool.Pool, worker *river.Client[pgx.Tx]) api.ReadyFunc {
 	return func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("postgres unreachable: %w", err)
+		for _, pool := range []*pgxpool.Pool{apiPool, workerPool} {
+			if pool == nil {
+				continue
+			}
+			if err := pool.Ping(ctx); err != nil {
+				return &api.NotReadyError{Reason: api.ReadyReasonDatabase,
+					Err: fmt.Errorf("postgres unreachable (%s pool): %w", pool.Config().ConnConfig.RuntimeParams["application_name"], err)}
+			}
 		}
-		if err := schema.Check(ctx, pool); err != nil {
-			return err
+		if err := schema.Check(ctx, cmp.Or(apiPool, workerPool)); err != nil {
+			reason := api.ReadyReasonMigrations
+			if isDatabaseError(err) {
+				reason = api.ReadyReasonDatabase
+			}
+			return &api.NotReadyError{Reason: reason, Err: err}
 		}
 		if worker != nil {
 			select {
 			case <-worker.Stopped():
-				return errors.New("river workers stopped")
+				return &api.NotReadyError{Reason: api.ReadyReasonWorkers, Err: errors.New("river workers stopped")}
 			default:
 			}
 		}
 		return nil
 	}
+}
+
+// isDatabaseError reports whether err comes from talking to Postgres (an
+// error it answered, a lost connection, a timeout) rather than from what the
+// migrations check found.
+func isDatabaseError(err error) bool {
+	var pgErr *pgconn.PgError
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &pgErr) || errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)
 }

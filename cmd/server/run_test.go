@@ -70,12 +70,22 @@ func freeAddr(t *testing.T) string {
 // without waiting for readiness. The server is stopped when the test ends.
 func setup(ctx context.Context, t *testing.T, databaseURL string) *testBundle {
 	t.Helper()
+	return setupEnv(ctx, t, databaseURL, nil)
+}
+
+// setupEnv is setup with extra variables, which override the API-only
+// environment.
+func setupEnv(ctx context.Context, t *testing.T, databaseURL string, extra map[string]string) *testBundle {
+	t.Helper()
 	addr := freeAddr(t)
 	env := map[string]string{
 		"DATABASE_URL":    databaseURL,
 		"TALLY_HTTP_ADDR": addr,
 		"TALLY_ROLES":     "api",
 		"TALLY_PERIOD":    "day",
+	}
+	for k, v := range extra {
+		env[k] = v
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	b := &testBundle{
@@ -268,5 +278,52 @@ func TestRun(t *testing.T) {
 		require.Contains(t, logs, `"msg":"stopped"`)
 		require.NotContains(t, logs, secret, "the API key secret must never be logged")
 		require.NotContains(t, logs, secret[15:], "the API key secret must never be logged")
+	})
+}
+
+func TestReadiness(t *testing.T) {
+	t.Parallel()
+
+	// readyz reads /readyz once and returns its status and body.
+	readyz := func(t *testing.T, b *testBundle) (int, string) {
+		t.Helper()
+		resp, err := http.Get(b.baseURL + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+
+	t.Run("DatabaseDownIsGeneric", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		// Nothing listens on the port: every connection attempt fails.
+		down := "postgres://tally_reader:hunter2@" + freeAddr(t) + "/secret_db?sslmode=disable&connect_timeout=1"
+		b := setup(ctx, t, down)
+		b.waitStatus(t, "/readyz", http.StatusServiceUnavailable)
+		status, body := readyz(t, b)
+		require.Equal(t, http.StatusServiceUnavailable, status)
+		require.JSONEq(t, `{"status":"unavailable","reason":"database"}`, body)
+		b.stop(t)
+
+		logs := b.stdout.String()
+		require.Contains(t, logs, `"msg":"not ready"`)
+		require.Contains(t, logs, `"reason":"database"`)
+		require.Contains(t, logs, `"level":"WARN"`)
+		require.Contains(t, logs, "postgres unreachable", "the detail is logged")
+		require.NotContains(t, logs, "hunter2", "the database password is never logged")
+	})
+
+	t.Run("MigrationsPendingIsGeneric", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t, testdb.NewEmpty(t))
+		b.waitStatus(t, "/readyz", http.StatusServiceUnavailable)
+		status, body := readyz(t, b)
+		require.Equal(t, http.StatusServiceUnavailable, status)
+		require.JSONEq(t, `{"status":"unavailable","reason":"migrations pending"}`, body)
+		b.stop(t)
+		require.Contains(t, b.stdout.String(), "run migrate up", "the detail is logged")
 	})
 }

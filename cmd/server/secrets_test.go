@@ -222,8 +222,9 @@ func TestSecrets(t *testing.T) {
 			require.Error(t, err, "DATABASE_URL %d", i)
 		}
 
-		// A database that does not answer: the API starts, /readyz says why
-		// it is not ready, and nothing shows the password.
+		// A database that does not answer: the API starts, /readyz says it
+		// is the database (the detail is logged, not answered), and nothing
+		// shows the password.
 		addr := freeAddr(t)
 		closed := freeAddr(t)
 		b := startForSecrets(ctx, t, map[string]string{
@@ -239,11 +240,12 @@ func TestSecrets(t *testing.T) {
 		resp.Body.Close()
 		require.NoError(t, err)
 		c.addResponse("/readyz, database down", resp.StatusCode, resp.Header, out)
-		require.Contains(t, string(out), "postgres unreachable")
+		require.JSONEq(t, `{"status":"unavailable","reason":"database"}`, string(out))
 		b.stop(t)
 		c.add("database down: stdout", b.stdout.String())
 		c.add("database down: stderr", b.stderr.String())
 		require.Contains(t, b.stdout.String(), `"msg":"not ready"`)
+		require.Contains(t, b.stdout.String(), "postgres unreachable")
 	})
 
 	t.Run("ChargeRefundAndRefusedRequests", func(t *testing.T) {

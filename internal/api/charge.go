@@ -2,6 +2,7 @@ package api
 
 import (
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -57,7 +58,9 @@ func newChargeResponse(c *ledger.Charge) chargeResponse {
 }
 
 // handleChargeList lists charges newest first: ?status=, ?customer_id=,
-// ?limit= (default 50, at most 500) and ?starting_after=<next_cursor>.
+// ?limit= (default 50, at most 500) and ?starting_after=<next_cursor>. A
+// parameter that is not UTF-8, has control characters or is over 255 bytes
+// is answered 422, naming it.
 func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	type response struct {
 		Data       []chargeResponse `json:"data"`
@@ -65,25 +68,16 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		NextCursor *string          `json:"next_cursor"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		p := ledger.ChargeListParams{Status: ledger.ChargeStatus(q.Get("status")), CustomerID: q.Get("customer_id")}
-		fields := map[string]string{}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				fields["limit"] = "must be a whole number between 1 and " + strconv.Itoa(ledger.ChargeListLimitMax)
-			}
-			p.Limit = n
+		q := newQueryParams(r.URL)
+		p := ledger.ChargeListParams{
+			Status:     ledger.ChargeStatus(q.str("status")),
+			CustomerID: q.str("customer_id"),
+			Limit: int(q.integer("limit", 0, 1, ledger.ChargeListLimitMax,
+				"must be a whole number between 1 and "+strconv.Itoa(ledger.ChargeListLimitMax))),
+			AfterID: q.integer("starting_after", 0, 1, math.MaxInt64, "must be the next_cursor of a previous page"),
 		}
-		if v := q.Get("starting_after"); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				fields["starting_after"] = "must be the next_cursor of a previous page"
-			}
-			p.AfterID = n
-		}
-		if len(fields) > 0 {
-			writeError(logger, w, r, &ledger.ValidationError{Fields: fields})
+		if err := q.err(); err != nil {
+			writeError(logger, w, r, err)
 			return
 		}
 		charges, more, err := l.ChargeList(r.Context(), p)

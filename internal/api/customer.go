@@ -17,12 +17,17 @@ type customerResponse struct {
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
+
+	// CarriedForwardCents, on GET, is per currency what the customer's
+	// charges below Stripe's minimum carry and no later charge bills yet.
+	CarriedForwardCents map[string]int64 `json:"carried_forward_cents,omitempty"`
 }
 
 func newCustomerResponse(c *ledger.Customer) customerResponse {
 	return customerResponse{
 		CustomerID: c.ID, StripeCustomerID: c.StripeCustomerID, StripePaymentMethodID: c.StripePaymentMethodID,
 		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+		CarriedForwardCents: c.CarriedForwardCents,
 	}
 }
 

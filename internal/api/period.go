@@ -3,6 +3,7 @@ package api
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -42,20 +43,40 @@ func newPeriodResponse(p *ledger.Period) periodResponse {
 	return resp
 }
 
-// handlePeriodList lists a customer's periods, newest first.
+// handlePeriodList lists a customer's periods newest first, a page at a time
+// like handleChargeList: ?limit= (default 50, at most 500) and
+// ?starting_after=<next_cursor> (the label of the last period of the
+// previous page); has_more says whether another page follows.
 func handlePeriodList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	type response struct {
-		Data []periodResponse `json:"data"`
+		Data       []periodResponse `json:"data"`
+		HasMore    bool             `json:"has_more"`
+		NextCursor *string          `json:"next_cursor"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		periods, err := l.PeriodList(r.Context(), r.PathValue("customer_id"))
+		q := newQueryParams(r.URL)
+		p := ledger.PeriodListParams{
+			CustomerID:    r.PathValue("customer_id"),
+			StartingAfter: q.str("starting_after"),
+			Limit: int(q.integer("limit", 0, 1, ledger.PeriodListLimitMax,
+				"must be a whole number between 1 and "+strconv.Itoa(ledger.PeriodListLimitMax))),
+		}
+		if err := q.err(); err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		periods, more, err := l.PeriodListPage(r.Context(), p)
 		if err != nil {
 			writeError(logger, w, r, err)
 			return
 		}
-		resp := response{Data: make([]periodResponse, 0, len(periods))}
+		resp := response{Data: make([]periodResponse, 0, len(periods)), HasMore: more}
 		for _, p := range periods {
 			resp.Data = append(resp.Data, newPeriodResponse(p))
+		}
+		if more {
+			cursor := periods[len(periods)-1].Period
+			resp.NextCursor = &cursor
 		}
 		encode(w, http.StatusOK, resp)
 	})

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,15 +94,35 @@ func TestPeriodList(t *testing.T) {
 	t.Parallel()
 
 	type listBody struct {
-		Data []periodBody `json:"data"`
+		Data       []periodBody `json:"data"`
+		HasMore    bool         `json:"has_more"`
+		NextCursor *string      `json:"next_cursor"`
 	}
+
+	t.Run("BadParameters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		for query, field := range map[string]string{
+			"limit=0":                   "limit",
+			"limit=501":                 "limit",
+			"limit=ten":                 "limit",
+			"limit=%00":                 "limit",
+			"starting_after=2026-13":    "starting_after",
+			"starting_after=%00":        "starting_after",
+			"starting_after=%ff":        "starting_after",
+			"starting_after=2026-11%0A": "starting_after",
+		} {
+			p := requireInvalid(t, b.do(http.MethodGet, "/v1/customers/acme/periods?"+query, ""), field)
+			require.Len(t, p.Errors, 1, "%s: %v", query, p.Errors)
+		}
+	})
 
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
 		rec := b.do(http.MethodGet, "/v1/customers/acme/periods", "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
-		require.JSONEq(t, `{"data":[]}`, rec.Body.String())
+		require.JSONEq(t, `{"data":[],"has_more":false,"next_cursor":null}`, rec.Body.String())
 	})
 
 	t.Run("NewestFirst", func(t *testing.T) {
@@ -131,9 +152,44 @@ func TestPeriodList(t *testing.T) {
 		require.Equal(t, int64(40), oct.TotalCents)
 	})
 
+	t.Run("Pages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t.Context(), t)
+		for m := time.June; m <= time.November; m++ {
+			b.Clock.Set(time.Date(2026, m, 10, 0, 0, 0, 0, time.UTC))
+			require.Equal(t, http.StatusCreated, b.postEvent(eventJSON(m.String(), 1)).Code)
+		}
+		var walked []string
+		path := "/v1/customers/acme/periods?limit=4"
+		for range 3 {
+			rec := b.do(http.MethodGet, path, "")
+			require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+			page := decodeJSON[listBody](t, rec)
+			for _, p := range page.Data {
+				walked = append(walked, p.Period)
+			}
+			if !page.HasMore {
+				require.Nil(t, page.NextCursor)
+				break
+			}
+			require.NotNil(t, page.NextCursor)
+			require.Equal(t, page.Data[len(page.Data)-1].Period, *page.NextCursor)
+			path = "/v1/customers/acme/periods?limit=4&starting_after=" + *page.NextCursor
+		}
+		require.Equal(t, []string{"2026-11", "2026-10", "2026-09", "2026-08", "2026-07", "2026-06"}, walked)
+
+		// The default page holds all six.
+		list := decodeJSON[listBody](t, b.do(http.MethodGet, "/v1/customers/acme/periods", ""))
+		require.Len(t, list.Data, 6)
+		require.False(t, list.HasMore)
+	})
+
 	t.Run("UnknownCustomer", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
 		requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost/periods", ""), http.StatusNotFound, "not_found")
+		for _, id := range []string{"%00", "%ff", "a%0Ab", strings.Repeat("x", 256)} {
+			requireProblem(t, b.do(http.MethodGet, "/v1/customers/"+id+"/periods", ""), http.StatusNotFound, "not_found")
+		}
 	})
 }

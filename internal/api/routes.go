@@ -31,10 +31,10 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("POST /v1/admin/charging/pause", auth(ledger.ScopeAdmin, handleChargingPause(logger, l)))
 	mux.Handle("POST /v1/admin/charging/resume", auth(ledger.ScopeAdmin, handleChargingResume(logger, l)))
 
-	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l)))
-	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l)))
+	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l.UsageEventRecord)))
+	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
 
-	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l, webhookSecret))
+	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l.StripeEventRecord, webhookSecret))
 
 	mux.Handle("/", handleNotFound(logger))
 }

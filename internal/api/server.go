@@ -9,7 +9,9 @@ import (
 )
 
 // ReadyFunc reports whether the service can take traffic (database
-// reachable, migrations current); a non-nil error makes /readyz answer 503.
+// reachable, migrations current); a non-nil error makes /readyz answer 503
+// with the Reason of a *NotReadyError (ReadyReasonUnknown for any other
+// error). The error itself is logged, never answered.
 type ReadyFunc func(ctx context.Context) error
 
 // NewServer returns the HTTP handler of the API: every route of routes.go

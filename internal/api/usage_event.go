@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,10 +77,10 @@ func newUsageEventResponse(e *ledger.UsageEvent) usageEventResponse {
 // replayHeader marks a response that replays an already recorded event.
 const replayHeader = "Idempotent-Replayed"
 
-// handleUsageEventCreate records one event: 201 created, 200 exact replay
-// (same body as the first answer), 409 idempotency_conflict or
-// period_closed, 422 invalid.
-func handleUsageEventCreate(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+// handleUsageEventCreate records one event with record (the ledger's
+// UsageEventRecord): 201 created, 200 exact replay (same body as the first
+// answer), 409 idempotency_conflict or period_closed, 422 invalid.
+func handleUsageEventCreate(logger *slog.Logger, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[usageEventRequest](w, r, bodyLimitDefault)
 		if err != nil {
@@ -91,7 +92,7 @@ func handleUsageEventCreate(logger *slog.Logger, l *ledger.Ledger) http.Handler 
 			writeError(logger, w, r, err)
 			return
 		}
-		res, err := l.UsageEventRecord(r.Context(), p)
+		res, err := record(r.Context(), p)
 		if err != nil {
 			writeError(logger, w, r, err)
 			return
@@ -105,11 +106,16 @@ func handleUsageEventCreate(logger *slog.Logger, l *ledger.Ledger) http.Handler 
 	})
 }
 
-// handleUsageEventBatch records up to 1000 events all-or-nothing. On success
-// it answers 201 (200 when every event was a replay) with one result per
-// event; otherwise nothing is written and the problem lists each failing
+// handleUsageEventBatch records up to 1000 events all-or-nothing with record
+// (the ledger's UsageEventRecordBatch), or only checks them with check
+// (UsageEventCheckBatch) when some items could not even be decoded. On
+// success it answers 201 (200 when every event was a replay) with one result
+// per event; otherwise nothing is written and the problem lists each failing
 // index: 422 when any item is invalid, else 409.
-func handleUsageEventBatch(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+func handleUsageEventBatch(logger *slog.Logger,
+	record func(context.Context, []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error),
+	check func(context.Context, []ledger.UsageEventParams) error,
+) http.Handler {
 	type request struct {
 		Events []json.RawMessage `json:"events"`
 	}
@@ -161,9 +167,9 @@ func handleUsageEventBatch(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			if len(itemErrs) > 0 {
 				// Some items are already rejected: only check the others,
 				// so the answer lists every problem and nothing is written.
-				err = l.UsageEventCheckBatch(r.Context(), params)
+				err = check(r.Context(), params)
 			} else {
-				results, err = l.UsageEventRecordBatch(r.Context(), params)
+				results, err = record(r.Context(), params)
 			}
 			var batchErr *ledger.BatchError
 			switch {

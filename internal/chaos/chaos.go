@@ -443,7 +443,7 @@ func (r *run) pgTerminateLoop(ctx context.Context) {
 		err = conn.QueryRow(ctx, `
 SELECT count(pg_terminate_backend(pid)) FROM (
     SELECT pid FROM pg_stat_activity
-    WHERE application_name = 'tally-server' AND pid <> pg_backend_pid()
+    WHERE application_name LIKE 'tally-server%' AND pid <> pg_backend_pid()
     ORDER BY random() LIMIT $1) t`, 1+r.intn(3)).Scan(&n)
 		conn.Close(context.Background())
 		if err == nil {

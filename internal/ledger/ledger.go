@@ -32,6 +32,9 @@ const NamespaceDefault = "default"
 // namespacePattern is what a namespace may be (the column's CHECK too).
 var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// NamespaceValid reports whether s may be a deployment namespace.
+func NamespaceValid(s string) bool { return namespacePattern.MatchString(s) }
+
 // Namespace returns the deployment namespace of new charges.
 func (l *Ledger) Namespace() string { return l.config.Namespace }
 
@@ -156,7 +159,7 @@ func (c Config) validate() error {
 	if c.AnomalyFactor < 0 {
 		return errors.New("AnomalyFactor must not be negative")
 	}
-	if !namespacePattern.MatchString(c.Namespace) {
+	if !NamespaceValid(c.Namespace) {
 		return fmt.Errorf("Namespace %q: use lower-case letters, digits, _ and -, 1 to 63 of them, starting with a letter or digit", c.Namespace)
 	}
 	return nil

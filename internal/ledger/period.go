@@ -138,15 +138,41 @@ WHERE p.customer_id = $1 AND p.period = $2`, customerID, period))
 	return p, nil
 }
 
-// PeriodList returns a customer's periods, newest first. It returns
-// ErrNotFound when the customer does not exist.
+// PeriodListLimitDefault and PeriodListLimitMax bound a page of
+// PeriodListPage.
+const (
+	PeriodListLimitDefault = 50
+	PeriodListLimitMax     = 500
+)
+
+// PeriodListParams select and page PeriodListPage.
+type PeriodListParams struct {
+	CustomerID string
+
+	// StartingAfter is the cursor: the label of the last period of the
+	// previous page (its next_cursor). Only older periods follow it.
+	// Empty: from the newest.
+	StartingAfter string
+
+	// Limit is the page size. Default PeriodListLimitDefault, at most
+	// PeriodListLimitMax.
+	Limit int
+}
+
+// periodListOrder is the order of a customer's periods: newest first, and
+// periods that start together (a month and its first day, after a change of
+// cadence) by label, descending.
+const periodListOrder = `
+ORDER BY p.starts_at DESC, p.period DESC`
+
+// PeriodList returns all of a customer's periods, newest first. It returns
+// ErrNotFound when the customer does not exist. PeriodListPage pages them.
 func (l *Ledger) PeriodList(ctx context.Context, customerID string) ([]*Period, error) {
 	if _, err := l.CustomerGet(ctx, customerID); err != nil {
 		return nil, err
 	}
 	rows, err := l.pool.Query(ctx, periodSelectSQL+`
-WHERE p.customer_id = $1
-ORDER BY p.starts_at DESC`, customerID)
+WHERE p.customer_id = $1`+periodListOrder, customerID)
 	if err != nil {
 		return nil, fmt.Errorf("error listing periods of %s: %w", customerID, err)
 	}
@@ -155,4 +181,62 @@ ORDER BY p.starts_at DESC`, customerID)
 		return nil, fmt.Errorf("error listing periods of %s: %w", customerID, err)
 	}
 	return periods, nil
+}
+
+// PeriodListPage returns one page of a customer's periods, newest first, and
+// whether more follow; pass the last period's label as StartingAfter for the
+// next page. It reads without a transaction, so a period created between two
+// pages appears on the first page, not in the middle. It returns ErrNotFound
+// when the customer does not exist, and a *ValidationError naming limit or
+// starting_after (which must be a period label of any cadence: 2026-11,
+// 2026-11-30 or 2026-11-30T13).
+func (l *Ledger) PeriodListPage(ctx context.Context, p PeriodListParams) ([]*Period, bool, error) {
+	fe := fieldErrors{}
+	if p.Limit < 0 || p.Limit > PeriodListLimitMax {
+		fe.add("limit", "must be between 1 and %d", PeriodListLimitMax)
+	}
+	var after *time.Time
+	if p.StartingAfter != "" {
+		b, ok := parseAnyLabel(p.StartingAfter)
+		if !ok {
+			fe.add("starting_after", "must be the next_cursor of a previous page, a period label such as 2026-11")
+		}
+		after = &b.StartsAt
+	}
+	if err := fe.err(); err != nil {
+		return nil, false, err
+	}
+	if p.Limit == 0 {
+		p.Limit = PeriodListLimitDefault
+	}
+	if _, err := l.CustomerGet(ctx, p.CustomerID); err != nil {
+		return nil, false, err
+	}
+	rows, err := l.pool.Query(ctx, periodSelectSQL+`
+WHERE p.customer_id = $1
+  AND ($2::timestamptz IS NULL OR (p.starts_at, p.period) < ($2, $3))`+periodListOrder+`
+LIMIT $4`, p.CustomerID, after, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("error listing periods of %s: %w", p.CustomerID, err)
+	}
+	periods, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Period, error) { return scanPeriod(r) })
+	if err != nil {
+		return nil, false, fmt.Errorf("error listing periods of %s: %w", p.CustomerID, err)
+	}
+	more := len(periods) > p.Limit
+	if more {
+		periods = periods[:p.Limit]
+	}
+	return periods, more, nil
+}
+
+// parseAnyLabel parses a period label of any cadence; a period's label names
+// its start, whatever the cadence configured now.
+func parseAnyLabel(label string) (Bounds, bool) {
+	for _, c := range []Cadence{CadenceMonth, CadenceDay, CadenceHour} {
+		if b, err := c.ParseLabel(label); err == nil {
+			return b, true
+		}
+	}
+	return Bounds{}, false
 }

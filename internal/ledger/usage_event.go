@@ -85,17 +85,11 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 	}
 	checkID(fe, "metric", p.Metric, false)
 
-	props := []byte("{}")
-	if len(bytes.TrimSpace(p.Properties)) > 0 && !bytes.Equal(bytes.TrimSpace(p.Properties), []byte("null")) {
-		var obj map[string]any
-		dec := json.NewDecoder(bytes.NewReader(p.Properties))
-		dec.UseNumber()
-		if err := dec.Decode(&obj); err != nil || obj == nil {
-			fe.add("properties", "must be a JSON object")
-		} else if hasNUL(obj) {
-			fe.add("properties", "must not contain the NUL character (\\u0000) in keys or strings")
-		} else if props, err = json.Marshal(obj); err != nil { // canonical: sorted keys
-			fe.add("properties", "must be a JSON object")
+	props, err := UsageEventProperties(p.Properties)
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		for field, msg := range ve.Fields {
+			fe.add(field, "%s", msg)
 		}
 	}
 
@@ -136,28 +130,6 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 		occurredAt:       occurredAt,
 		periodBound:      l.config.Cadence.Bounds(occurredAt),
 	}, nil
-}
-
-// hasNUL reports whether a decoded JSON value holds a NUL in any key or
-// string; Postgres jsonb cannot store one.
-func hasNUL(v any) bool {
-	switch v := v.(type) {
-	case string:
-		return strings.ContainsRune(v, 0)
-	case map[string]any:
-		for k, e := range v {
-			if strings.ContainsRune(k, 0) || hasNUL(e) {
-				return true
-			}
-		}
-	case []any:
-		for _, e := range v {
-			if hasNUL(e) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // UsageEventRecord records one usage event; see UsageEventRecordBatch for the

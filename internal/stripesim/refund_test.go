@@ -107,7 +107,8 @@ func TestRefund(t *testing.T) {
 		require.NoError(t, retryErr)
 		require.Equal(t, "true", replayed.LastResponse.Header.Get("Idempotent-Replayed"))
 		require.Equal(t, []string{replayed.ID}, refundIDs(bundle.sim.RefundList()))
-		require.Equal(t, 1, bundle.sim.Stats().Requests["POST /v1/refunds"]["idempotency_key_in_use"])
+		// The second request, and any retry above that came while the first was still executing.
+		require.GreaterOrEqual(t, bundle.sim.Stats().Requests["POST /v1/refunds"]["idempotency_key_in_use"], 1)
 	})
 
 	t.Run("Create", func(t *testing.T) {

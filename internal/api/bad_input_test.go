@@ -1,0 +1,222 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/tally-billing/tally/internal/api"
+)
+
+// Nasty inputs that once made a route answer 500, or could.
+var (
+	// badSegments go in a path segment, escaped.
+	badSegments = []string{
+		"%00", "%ff", "%FF%FE", "a%0Ab", "%7F", "%C0%80", "%ED%A0%80", "%2F", "..", "%20", "%E2%80%AE",
+		"-1", "0", "99999999999999999999", "1e3", "0x10", "2026-11%00", strings.Repeat("x", 256), strings.Repeat("%C3%A9", 200),
+	}
+
+	// badQueryValues go in a query parameter, escaped.
+	badQueryValues = append([]string{"", "%", "%zz", "-5", "1.5", "%2B1"}, badSegments...)
+
+	// badJSONValues replace one field of a valid body.
+	badJSONValues = []string{
+		`"\u0000"`, `"a\u0000b"`, `"\ud800"`, `"\udfff\ud800"`, `"\u0007"`, "\"\xff\xfe\"", `""`, `" "`,
+		`"` + strings.Repeat("x", 300) + `"`, `"` + strings.Repeat("é", 1001) + `"`,
+		`1e1000000`, `-1e1000000`, `1e-1000000`, `1e131071`, `0e-20000`, `99999999999999999999`,
+		`-9223372036854775809`, `9223372036854775807`, `1.5`, `-0`, `null`, `true`, `[]`, `{}`,
+		`{"x":1e1000000}`, `{"x":"\u0000"}`, `[` + strings.Repeat(`[`, 5000) + strings.Repeat(`]`, 5000) + `]`,
+		`"2026-11-14T10:30:00Z"`, `"9999-12-31T23:59:59Z"`, `"0001-01-01T00:00:00Z"`, `"2026-11-14T10:30:00+99:00"`,
+	}
+
+	// badBodies replace a whole body.
+	badBodies = []string{"", "null", "[]", "{", "\xff", `{"a":1}`, `{}{}`, `"x"`, `{"events":null}`, strings.Repeat(`{"a":`, 3000)}
+)
+
+// bodyRoute is a route with a JSON body: a valid body by field.
+type bodyRoute struct {
+	method, path string
+	fields       map[string]string
+}
+
+// body returns the route's body with field set to value.
+func (r bodyRoute) body(field, value string) string {
+	parts := make([]string, 0, len(r.fields))
+	for k, v := range r.fields {
+		if k == field {
+			v = value
+		}
+		parts = append(parts, fmt.Sprintf("%q:%s", k, v))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// TestBadInput hits every route with the inputs above and requires that
+// none answers 5xx (nor a body larger than what it was sent plus 64 KiB).
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
+
+	const secret = "whsec_badinput"
+	webhooks := api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
+
+	requests := 0
+	check := func(t *testing.T, h http.Handler, req *http.Request, sent int) {
+		t.Helper()
+		requests++
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Less(t, rec.Code, 500, "%s %s: %d %.500s", req.Method, req.URL, rec.Code, rec.Body)
+		require.Less(t, rec.Body.Len(), sent+64<<10, "%s %s", req.Method, req.URL)
+	}
+	serve := func(t *testing.T, method, target, body string) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/", strings.NewReader(body))
+		// httptest.NewRequest refuses some raw targets; set them as sent.
+		req.URL.RawQuery = ""
+		path, query, _ := strings.Cut(target, "?")
+		req.URL.RawPath = path
+		req.URL.Path = unescape(path)
+		req.URL.RawQuery = query
+		req.RequestURI = target
+		req.Header.Set("Authorization", "Bearer "+b.secret)
+		req.Header.Set("Content-Type", "application/json")
+		check(t, b.handler, req, len(target)+len(body))
+	}
+
+	t.Run("PathSegments", func(t *testing.T) {
+		for _, seg := range badSegments {
+			serve(t, http.MethodGet, "/v1/customers/"+seg, "")
+			serve(t, http.MethodPut, "/v1/customers/"+seg, `{"stripe_customer_id":"cus_1","currency":"usd"}`)
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods", "")
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods/2026-11", "")
+			serve(t, http.MethodGet, "/v1/customers/acme/periods/"+seg, "")
+			serve(t, http.MethodPost, "/v1/customers/"+seg+"/periods/2026-11/close", "")
+			serve(t, http.MethodPost, "/v1/customers/acme/periods/"+seg+"/close", "")
+			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
+		}
+	})
+
+	t.Run("QueryParameters", func(t *testing.T) {
+		for _, v := range badQueryValues {
+			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
+				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
+				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
+			}
+			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
+			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
+			serve(t, http.MethodGet, "/healthz?"+v, "")
+		}
+	})
+
+	t.Run("BodyFields", func(t *testing.T) {
+		event := map[string]string{
+			"customer_id": `"acme"`, "event_id": `"e2"`, "amount_cents": `1`, "currency": `"usd"`, "quantity": `1`,
+			"metric": `"m"`, "properties": `{"a":1}`, "occurred_at": `"2026-11-14T10:00:00Z"`,
+		}
+		routes := []bodyRoute{
+			{http.MethodPut, "/v1/customers/beta", map[string]string{
+				"stripe_customer_id": `"cus_1"`, "stripe_payment_method_id": `"pm_1"`, "currency": `"usd"`, "max_charge_cents": `100`}},
+			{http.MethodPost, "/v1/charges/1/approve", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/charges/1/cancel", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/charges/1/resolve", map[string]string{"keep_payment_intent": `"pi_1"`, "reason": `"r"`}},
+			{http.MethodPost, "/v1/admin/charging/pause", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/admin/charging/resume", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/usage-events", event},
+		}
+		for _, r := range routes {
+			for field := range r.fields {
+				for _, v := range badJSONValues {
+					if _, ok := r.fields["event_id"]; ok && field != "event_id" {
+						// A fresh event each time, or all but the first are
+						// idempotency conflicts, found before any insert.
+						r.fields["event_id"] = fmt.Sprintf(`"b%d"`, requests)
+					}
+					body := r.body(field, v)
+					serve(t, r.method, r.path, body)
+					if r.path == "/v1/usage-events" {
+						serve(t, http.MethodPost, "/v1/usage-events/batch", batchJSON(eventJSON("ok", 1), body))
+					}
+				}
+			}
+			for _, body := range badBodies {
+				serve(t, r.method, r.path, body)
+			}
+		}
+		for _, v := range badJSONValues {
+			serve(t, http.MethodPost, "/v1/usage-events/batch", `{"events":`+v+`}`)
+			serve(t, http.MethodPost, "/v1/usage-events/batch", `{"events":[`+v+`]}`)
+		}
+		for _, body := range badBodies {
+			serve(t, http.MethodPost, "/v1/usage-events/batch", body)
+		}
+	})
+
+	t.Run("SignedWebhooks", func(t *testing.T) {
+		for _, payload := range []string{
+			`{"id":"\u0000","type":"payment_intent.succeeded","created":1}`,
+			`{"id":"","type":"payment_intent.succeeded","created":1}`,
+			`{"id":"evt_` + strings.Repeat("x", 300) + `","type":"x","created":1}`,
+			"{\"id\":\"evt_\xff\",\"type\":\"x\",\"created\":1}",
+			`{"id":"evt_a\nb","type":"x","created":1}`,
+			`{"id":"evt_1","type":"","created":1}`,
+			`{"id":"evt_1","type":"x\u0000","created":1}`,
+			`{"id":"evt_2","type":"x","created":1e1000000}`,
+			`{"id":"evt_3","type":"x","created":-9223372036854775808}`,
+			`{"id":"evt_4","type":"x","created":9223372036854775807}`,
+			`{"id":"evt_5","type":"x","created":1,"data":{"object":{"note":"\u0000"}}}`,
+			`{"id":"evt_6","type":"x","created":1,"data":{"object":{"amount":1e1000000}}}`,
+			`{"id":"evt_7","type":"x","created":1,"data":{"object":{"amount":0e-20000}}}`,
+			`{"id":"evt_8","type":"x","created":1,"data":{"object":{"\u0000":1}}}`,
+			`{"id":"evt_9","type":"x","created":1,"data":[]}`,
+			`{"id":"evt_10","type":"x","created":1,"data":{"object":[1,2]}}`,
+			`{"id":"evt_11","type":"x","created":1,"data":{"object":{"deep":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}}}`,
+			`[]`, `null`, `"x"`, `{}`,
+		} {
+			signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(payload), Secret: secret, Timestamp: time.Now()})
+			req := httptest.NewRequest(http.MethodPost, "/v1/stripe/webhooks", strings.NewReader(payload))
+			req.Header.Set("Stripe-Signature", signed.Header)
+			req.Header.Set("Content-Type", "application/json")
+			check(t, webhooks, req, len(payload))
+		}
+		for _, header := range []string{"", "t=", "t=abc,v1=00", "t=-99999999999999999999,v1=00", "t=1,v1=zz", "v1=" + strings.Repeat("0", 10000), "\x00"} {
+			req := httptest.NewRequest(http.MethodPost, "/v1/stripe/webhooks", strings.NewReader(`{}`))
+			req.Header.Set("Stripe-Signature", header)
+			check(t, webhooks, req, 2)
+		}
+	})
+
+	t.Logf("%d requests, none answered 5xx", requests)
+}
+
+// unescape is url.PathUnescape that keeps what it cannot unescape.
+func unescape(s string) string {
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			var c byte
+			fmt.Sscanf(s[i+1:i+3], "%02x", &c)
+			sb.WriteByte(c)
+			i += 2
+			continue
+		}
+		sb.WriteByte(s[i])
+	}
+	return sb.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
