@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/ledgertest"
 	"github.com/tally-billing/tally/internal/stripesim"
@@ -267,4 +268,36 @@ func TestTwoNamespacesOneStripeAccount(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, *s.StripePaymentIntentID, *s2.StripePaymentIntentID)
 	require.Equal(t, ledger.ChargeSucceeded, s2.Status)
+}
+
+// TestChargeResolveAfterACrashMidway: a resolve run died after Stripe made
+// its refund and before anything was recorded; the next run sends the same
+// refund key, Stripe replays it, and exactly one refund exists.
+func TestChargeResolveAfterACrashMidway(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	total := b.customerWithEvents(t, ctx, "acme", 700)
+	keep := b.lostCall(t, ctx, "acme", total)
+	other := b.lostCall(t, ctx, "acme", total)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+
+	// The dead run's refund, made with the run's derived key.
+	params := &stripe.RefundParams{PaymentIntent: stripe.String(other.ID), Reason: stripe.String(string(stripe.RefundReasonDuplicate))}
+	params.AddMetadata("tally_charge_key", c.ChargeKey)
+	params.AddMetadata("charge_id", fmt.Sprint(c.ID))
+	params.SetIdempotencyKey(jobs.RefundIdempotencyKey(c.ID, other.ID))
+	_, err := b.stripe.RefundCreate(ctx, params)
+	require.NoError(t, err)
+	require.Len(t, b.sim.RefundList(), 1)
+
+	_, err = b.Ledger.ChargeResolveRequest(ctx, ledger.ChargeResolveRequestParams{
+		ChargeActionParams: ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "again"},
+		KeepPaymentIntent:  keep.ID,
+	})
+	require.NoError(t, err)
+	b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Len(t, b.sim.RefundList(), 1, "the retried refund was Stripe's stored one")
+	require.GreaterOrEqual(t, b.sim.Stats().IdempotentReplays, 1)
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.refunds WHERE charge_id = $1`, c.ID))
 }
