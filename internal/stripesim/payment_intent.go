@@ -342,17 +342,28 @@ func (s *Server) handlePaymentIntentCreate(w http.ResponseWriter, r *http.Reques
 }
 
 func (s *Server) handlePaymentIntentRetrieve(w http.ResponseWriter, r *http.Request, rs *requestState) {
+	handleRetrieve(s, w, r, rs, "intent", "payment_intent", func(id string) (*paymentIntent, bool) {
+		pi, ok := s.paymentIntentsByID[id]
+		return pi, ok
+	})
+}
+
+// handleRetrieve answers the GET of one object by its path id: latency
+// faults first, then the object that lookupLocked (called under s.mu) finds,
+// or 404 resource_missing naming param and kind.
+func handleRetrieve[T any](s *Server, w http.ResponseWriter, r *http.Request, rs *requestState, param, kind string,
+	lookupLocked func(id string) (T, bool)) {
 	s.latencyApply(r.Context(), "")
 	id := r.PathValue("id")
 	s.mu.Lock()
-	pi, ok := s.paymentIntentsByID[id]
+	obj, ok := lookupLocked(id)
 	var body []byte
 	if ok {
-		body = mustJSON(pi)
+		body = mustJSON(obj)
 	}
 	s.mu.Unlock()
 	if !ok {
-		s.writeError(w, rs, errResourceMissing("intent", "payment_intent", id))
+		s.writeError(w, rs, errResourceMissing(param, kind, id))
 		return
 	}
 	s.writeJSONBytes(w, http.StatusOK, body)

@@ -256,20 +256,10 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request, rs *
 }
 
 func (s *Server) handleRefundRetrieve(w http.ResponseWriter, r *http.Request, rs *requestState) {
-	s.latencyApply(r.Context(), "")
-	id := r.PathValue("id")
-	s.mu.Lock()
-	re, ok := s.refundsByID[id]
-	var body []byte
-	if ok {
-		body = mustJSON(re)
-	}
-	s.mu.Unlock()
-	if !ok {
-		s.writeError(w, rs, errResourceMissing("id", "refund", id))
-		return
-	}
-	s.writeJSONBytes(w, http.StatusOK, body)
+	handleRetrieve(s, w, r, rs, "id", "refund", func(id string) (*refund, bool) {
+		re, ok := s.refundsByID[id]
+		return re, ok
+	})
 }
 
 func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request, rs *requestState) {
