@@ -53,6 +53,8 @@ type config struct {
 	RetryMaxDelay        time.Duration
 	ReconcileInterval    time.Duration
 	ReconcileAfter       time.Duration
+	SweepInterval        time.Duration
+	SweepAfter           time.Duration
 	StripeEventRetention time.Duration
 	StripeAPIKey         string
 	StripeAPIBase        string
@@ -112,6 +114,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
 		RetryMaxDelay:        duration("TALLY_RETRY_MAX_DELAY", jobs.RetryMaxDelayDefault),
 		ReconcileAfter:       duration("TALLY_RECONCILE_AFTER", jobs.ReconcileAfterDefault),
+		SweepInterval:        duration("TALLY_SWEEP_INTERVAL", jobs.SweepIntervalDefault),
+		SweepAfter:           duration("TALLY_SWEEP_AFTER", jobs.SweepAfterDefault),
 		StripeEventRetention: duration("TALLY_STRIPE_EVENT_RETENTION", ledger.StripeEventRetentionDefault),
 		StripeAPIKey:         get("STRIPE_API_KEY", ""),
 		StripeAPIBase:        get("STRIPE_API_BASE", ""),

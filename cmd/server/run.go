@@ -74,6 +74,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ReconcileInterval:    cfg.ReconcileInterval,
 			RetryMaxDelay:        cfg.RetryMaxDelay,
 			ReconcileAfter:       cfg.ReconcileAfter,
+			SweepInterval:        cfg.SweepInterval,
+			SweepAfter:           cfg.SweepAfter,
 			StripeEventRetention: cfg.StripeEventRetention,
 		})
 		if err != nil {
