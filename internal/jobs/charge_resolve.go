@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,13 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 		params.AddMetadata("charge_id", strconv.FormatInt(c.ID, 10))
 		params.SetIdempotencyKey(RefundIdempotencyKey(c.ID, pi.ID))
 		r, err := w.stripe.RefundCreate(ctx, params)
+		var se *stripe.Error
+		if errors.As(err, &se) && se.Code == stripe.ErrorCodeChargeAlreadyRefunded {
+			// Refunded already (by hand in the Dashboard, or by a run whose
+			// key Stripe has forgotten): nothing more to give back.
+			logger.WarnContext(ctx, "second PaymentIntent of a double charge was already refunded", slog.String("payment_intent", pi.ID))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("error refunding %s of charge %d: %w", pi.ID, c.ID, err)
 		}
@@ -121,6 +129,11 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 	var keepCharge string
 	if keep.LatestCharge != nil {
 		keepCharge = keep.LatestCharge.ID
+	}
+	if keep.Amount != c.AmountCents || string(keep.Currency) != c.Currency {
+		logger.ErrorContext(ctx, "ALERT resolve keeps a PaymentIntent for another amount than the ledger's: tell finance",
+			slog.String("alert", "resolve_amount_differs"), slog.Int64("payment_intent_amount", keep.Amount),
+			slog.String("payment_intent_currency", string(keep.Currency)), slog.Int64("charge_amount_cents", c.AmountCents))
 	}
 	settled, err := w.ledger.ChargeResolveSettle(ctx, args, keepCharge)
 	if err != nil {

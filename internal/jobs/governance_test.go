@@ -301,3 +301,29 @@ func TestChargeResolveAfterACrashMidway(t *testing.T) {
 	require.GreaterOrEqual(t, b.sim.Stats().IdempotentReplays, 1)
 	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.refunds WHERE charge_id = $1`, c.ID))
 }
+
+// TestChargeResolveDuplicateRefundedByHand: the operator refunded the
+// duplicate in the Dashboard before resolving; the resolve still settles.
+func TestChargeResolveDuplicateRefundedByHand(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	total := b.customerWithEvents(t, ctx, "acme", 700)
+	keep := b.lostCall(t, ctx, "acme", total)
+	other := b.lostCall(t, ctx, "acme", total)
+	b.closeNow(t, ctx, "acme")
+	c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+
+	byHand := &stripe.RefundParams{PaymentIntent: stripe.String(other.ID)}
+	byHand.SetIdempotencyKey("dashboard-1")
+	_, err := b.stripe.RefundCreate(ctx, byHand)
+	require.NoError(t, err)
+
+	_, err = b.Ledger.ChargeResolveRequest(ctx, ledger.ChargeResolveRequestParams{
+		ChargeActionParams: ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "already refunded by hand"},
+		KeepPaymentIntent:  keep.ID,
+	})
+	require.NoError(t, err)
+	c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, keep.ID, *c.StripePaymentIntentID)
+	require.Len(t, b.sim.RefundList(), 1, "no second refund")
+}

@@ -175,7 +175,7 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 		// finished (Stripe answered idempotency_error, not key in use), so the
 		// look-up before the call sees any PaymentIntent it created.
 		gen := c.KeyGeneration
-		if *c.HeldReason == HeldIdempotencyError {
+		if c.HeldReason != nil && *c.HeldReason == HeldIdempotencyError {
 			gen++
 		}
 		updated, err := scanCharge(tx.QueryRow(ctx, `
@@ -224,7 +224,7 @@ WHERE charge_id = $1 AND (finished_at IS NULL OR outcome IN ('succeeded', 'proce
 			c.ID).Scan(&moved); err != nil {
 			return nil, fmt.Errorf("error reading attempts: %w", err)
 		}
-		if moved > 0 || c.StripePaymentIntentID != nil ||
+		if moved > 0 || c.StripePaymentIntentID != nil || c.LookupRequired ||
 			(c.HeldReason != nil && c.HeldReason.Conflicting()) {
 			return nil, &ConflictError{Code: ConflictChargeOutcomeUnknown, Detail: fmt.Sprintf(
 				"money may have moved for charge %d (a Stripe attempt with an unknown or successful outcome, or a PaymentIntent carrying its key); reconcile it first (billingctl reconcile --customer %s --period %s)",

@@ -312,6 +312,25 @@ func TestChargeOperatorActions(t *testing.T) {
 		require.Nil(t, cl, "a canceled charge is never claimed")
 	})
 
+	t.Run("CancelRefusedWhileTheRecordMayBeIncomplete", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := guardBundle(t, ledger.Config{})
+		c := closedWith(t, ctx, b, "acme", 500)
+		_, err := b.Ledger.ChargeLookupMark(ctx, "cli:ops", "restored the 03:00 backup")
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeCancel(ctx, act(c.ID))
+		conflict(t, err, ledger.ConflictChargeOutcomeUnknown)
+
+		// A success for a charge settled without it is never silent.
+		other := closedWith(t, ctx, b, "other", 500)
+		_, err = b.Ledger.ChargeCancel(ctx, act(other.ID))
+		require.NoError(t, err)
+		_, _, err = b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: other.ID, Actor: "webhook:evt_1",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_late"}})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_late succeeded%'`, other.ID))
+	})
+
 	t.Run("CancelReleasesTheReservation", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := guardBundle(t, ledger.Config{PeriodBudgetCents: 10_000})

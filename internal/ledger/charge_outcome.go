@@ -151,6 +151,15 @@ func (l *Ledger) chargeTakeOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Ti
 		return c, false, double, err
 	}
 	if !chargeMayTake(c, o) {
+		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {
+			// Money moved for a charge Tally settled without it (canceled,
+			// failed, carried): never silent.
+			msg := fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
+			l.logger.ErrorContext(ctx, msg, "alert", "settled_charge_paid", "actor", actor)
+			if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
+				return nil, false, nil, err
+			}
+		}
 		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
 		return c, false, nil, err
 	}

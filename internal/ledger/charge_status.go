@@ -169,10 +169,10 @@ var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
 	{ChargeProcessing, ChargeHeld}:      {ActorJob, ActorWebhook, ActorReconciler},
 
 	{ChargeHeld, ChargePending}:   {ActorOperator}, // approve
-	{ChargeHeld, ChargeSucceeded}: {ActorWebhook, ActorReconciler, ActorOperator},
+	{ChargeHeld, ChargeSucceeded}: {ActorJob, ActorWebhook, ActorReconciler, ActorOperator},
 	{ChargeHeld, ChargeCanceled}:  {ActorOperator},
 
-	{ChargeFailed, ChargeSucceeded}: {ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
+	{ChargeFailed, ChargeSucceeded}: {ActorJob, ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
 }
 
 // ChargeTransitionAllowed reports whether a charge may move from from to to,
