@@ -194,7 +194,7 @@ func TestChargeApprove(t *testing.T) {
 		require.Equal(t, "pending", got.Status)
 		require.NotNil(t, got.ApprovedAt)
 		require.True(t, got.ApprovedAt.Equal(b.Clock.Now()))
-		require.True(t, got.LookupRequired, "an approved charge looks at Stripe before it calls")
+		require.False(t, got.LookupRequired, "never called: its first call looks at Stripe anyway")
 		require.Equal(t, "available", b.chargeJobState(t), "its charge job runs now")
 
 		actions, err := b.Ledger.ChargeActions(ctx, c.ID)

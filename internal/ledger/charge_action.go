@@ -148,8 +148,9 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 
 // ChargeApprove is the operator's way out of a hold: held → pending, marked
 // approved (the guards — cap, budget, anomaly — are waived for it: that is the
-// operator's explicit decision) and marked for a look-up at Stripe before its
-// next call, and its charge job runs now; it then charges with the same key
+// operator's explicit decision), marked for a look-up at Stripe before its next
+// call when its key was already used (a never-called generation looks
+// anyway), and its charge job runs now; it then charges with the same key
 // rules as any charge. A charge held for idempotency_error (Stripe keeps its
 // key with other parameters) moves to its next key generation. It refuses
 // with ConflictChargeNotHeld a charge that is not held, or held for a double
@@ -180,7 +181,8 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 		}
 		updated, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
-SET status = 'pending', approved_at = $2, lookup_required = true, updated_at = $2,
+SET status = 'pending', approved_at = $2, updated_at = $2,
+    lookup_required = lookup_required OR ($3 = key_generation AND generation_first_attempted_at IS NOT NULL),
     held_reason = NULL, held_detail = NULL, held_at = NULL, held_alerted_at = NULL,
     key_generation = $3, idempotency_key = CASE WHEN $3 = key_generation THEN idempotency_key ELSE $4 END,
     generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END

@@ -170,7 +170,7 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		approved, err := b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "agreed with the customer"})
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargePending, approved.Status)
-		require.True(t, approved.LookupRequired, "an approved charge looks at Stripe before it calls")
+		require.False(t, approved.LookupRequired, "never called: no mark needed")
 		cl, _ := claim(t, ctx, b, c)
 		require.NotNil(t, cl)
 		require.True(t, cl.Lookup)
