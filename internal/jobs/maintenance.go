@@ -88,6 +88,9 @@ func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeR
 	if _, err := w.ledger.ChargeHeldReport(ctx); err != nil {
 		return err
 	}
+	if _, err := w.ledger.ChargingPausedReport(ctx, ledger.ChargingPausedAlertAfter); err != nil {
+		return err
+	}
 	return nil
 }
 

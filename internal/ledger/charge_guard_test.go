@@ -211,6 +211,24 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		require.NotNil(t, cl)
 	})
 
+	t.Run("LongPauseIsAlerted", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, logs := guardBundle(t, ledger.Config{})
+		reported, err := b.Ledger.ChargingPausedReport(ctx, 0)
+		require.NoError(t, err)
+		require.False(t, reported, "not paused")
+		_, err = b.Ledger.ChargingPause(ctx, "cli:ops", "incident 42")
+		require.NoError(t, err)
+		reported, err = b.Ledger.ChargingPausedReport(ctx, ledger.ChargingPausedAlertAfter)
+		require.NoError(t, err)
+		require.False(t, reported, "just paused")
+		reported, err = b.Ledger.ChargingPausedReport(ctx, 0)
+		require.NoError(t, err)
+		require.True(t, reported)
+		require.Contains(t, logs.String(), "alert=charging_paused")
+		require.Contains(t, logs.String(), "billingctl charging resume")
+	})
+
 	t.Run("HeldIsReportedAgainDaily", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, logs := guardBundle(t, ledger.Config{PeriodBudgetCents: 1})

@@ -124,3 +124,27 @@ func (l *Ledger) chargingSet(ctx context.Context, pause bool, actor, reason stri
 	}
 	return st, nil
 }
+
+// ChargingPausedAlertAfter is how long charging may stay paused before the
+// reconciler alerts, on every run, that no money moves.
+const ChargingPausedAlertAfter = time.Hour
+
+// ChargingPausedReport logs an ERROR alert (alert=charging_paused, with who
+// paused, why, since when and the command that resumes) when charging has been
+// paused for longer than after, and reports whether it did. The reconciler
+// runs it, so a forgotten pause never goes unnoticed.
+func (l *Ledger) ChargingPausedReport(ctx context.Context, after time.Duration) (bool, error) {
+	st, err := l.ChargingGet(ctx)
+	if err != nil {
+		return false, err
+	}
+	// Since is River's own record, on Postgres's clock: compare with the
+	// wall clock, not the ledger's (test) clock.
+	if !st.Paused || st.Since == nil || time.Since(*st.Since) < after {
+		return false, nil
+	}
+	l.logger.ErrorContext(ctx, "ALERT charging is paused: no charge or refund moves money on any replica",
+		"alert", "charging_paused", "paused_since", st.Since.UTC().Format(time.RFC3339), "paused_by", st.By,
+		"reason", st.Reason, "exit", `billingctl charging resume --reason "…"`)
+	return true, nil
+}
