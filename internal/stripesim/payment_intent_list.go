@@ -52,13 +52,13 @@ func (s *Server) handlePaymentIntentList(w http.ResponseWriter, r *http.Request,
 		}
 		matching = append(matching, pi)
 	}
-	slices.SortFunc(matching, paymentIntentCompareNewestFirst)
-	page, hasMore := listPage(matching, cursor, params, paymentIntentCompareNewestFirst)
+	writeListPage(s, w, matching, cursor, params, paymentIntentCompareNewestFirst, "/v1/payment_intents")
+}
 
-	s.writeJSONBytes(w, http.StatusOK, mustJSON(listWireStripe[*paymentIntent]{
-		Object:  "list",
-		Data:    page,
-		HasMore: hasMore,
-		URL:     "/v1/payment_intents",
-	}))
+// writeListPage sorts the matching objects newest first and writes the page
+// that params and cursor select, as Stripe's list object for url.
+func writeListPage[T comparable](s *Server, w http.ResponseWriter, matching []T, cursor T, params listParams, compare func(a, b T) int, url string) {
+	slices.SortFunc(matching, compare)
+	page, hasMore := listPage(matching, cursor, params, compare)
+	s.writeJSONBytes(w, http.StatusOK, mustJSON(listWireStripe[T]{Object: "list", Data: page, HasMore: hasMore, URL: url}))
 }

@@ -310,15 +310,7 @@ func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request, rs *re
 		}
 		matching = append(matching, re)
 	}
-	slices.SortFunc(matching, refundCompareNewestFirst)
-	page, hasMore := listPage(matching, cursor, params, refundCompareNewestFirst)
-
-	s.writeJSONBytes(w, http.StatusOK, mustJSON(listWireStripe[*refund]{
-		Object:  "list",
-		Data:    page,
-		HasMore: hasMore,
-		URL:     "/v1/refunds",
-	}))
+	writeListPage(s, w, matching, cursor, params, refundCompareNewestFirst, "/v1/refunds")
 }
 
 // RefundList returns every refund the simulator made since the last Reset, oldest first:
