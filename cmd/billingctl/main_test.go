@@ -159,7 +159,11 @@ func TestAPIKey(t *testing.T) {
 
 		_, _, err = b.billingctl(ctx, "apikey", "revoke", keyPrefix(secret))
 		require.NoError(t, err)
-		_, err = b.ledger.APIKeyAuthenticate(ctx, secret)
+		// A server that authenticated the key trusts it for the cache's TTL
+		// (ledger.APIKeyCacheTTLDefault); a fresh one refuses it at once.
+		fresh, err := ledger.New(b.pool, ledger.Config{})
+		require.NoError(t, err)
+		_, err = fresh.APIKeyAuthenticate(ctx, secret)
 		require.ErrorIs(t, err, ledger.ErrUnauthenticated)
 	})
 

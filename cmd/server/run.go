@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Ledger: workerLedger,
 			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger,
+				MaxIdleConns: cfg.Workers + 8, // every worker, and the reconciler and sweeps beside them
 			}),
 			StripeTimeout:        cfg.StripeTimeout,
 			Concurrency:          cfg.Workers,

@@ -55,9 +55,19 @@ type StripeConfig struct {
 	// Timeout bounds each call. Default StripeTimeoutDefault.
 	Timeout time.Duration
 
+	// MaxIdleConns is how many connections to Stripe are kept open between
+	// calls, so every worker reuses a warm (TLS) connection instead of
+	// dialing one per call. Default StripeMaxIdleConnsDefault.
+	MaxIdleConns int
+
 	// Logger receives stripe-go's own logs at debug level. Default: discarded.
 	Logger *slog.Logger
 }
+
+// StripeMaxIdleConnsDefault is StripeConfig.MaxIdleConns when zero. (Go's
+// default transport keeps 2 idle connections per host, so 50 workers would
+// dial, and handshake TLS, on almost every call.)
+const StripeMaxIdleConnsDefault = 64
 
 // StripeAPI is Stripe through stripe-go, with stripe-go's own retries off:
 // every retry goes through River and the charge's attempt log.
@@ -75,8 +85,14 @@ func NewStripeAPI(config StripeConfig) *StripeAPI {
 	if config.Timeout == 0 {
 		config.Timeout = StripeTimeoutDefault
 	}
+	if config.MaxIdleConns == 0 {
+		config.MaxIdleConns = StripeMaxIdleConnsDefault
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConns = config.MaxIdleConns
+	transport.MaxIdleConnsPerHost = config.MaxIdleConns
 	backendConfig := &stripe.BackendConfig{
-		HTTPClient:        &http.Client{Timeout: config.Timeout},
+		HTTPClient:        &http.Client{Timeout: config.Timeout, Transport: transport},
 		MaxNetworkRetries: stripe.Int64(0),
 		LeveledLogger:     stripeLogger{config.Logger},
 		EnableTelemetry:   stripe.Bool(false),

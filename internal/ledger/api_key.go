@@ -125,28 +125,35 @@ RETURNING `+apiKeyColumns, name, prefix, hashSecret(secret), strScopes, l.now())
 }
 
 // APIKeyAuthenticate returns the live key whose secret is secret, or
-// ErrUnauthenticated. It refreshes the key's last_used_at at most once per
-// minute.
+// ErrUnauthenticated. A key found live is trusted for Config.APIKeyCacheTTL
+// without reading Postgres again (so a key revoked by another process stops
+// working within that time). It refreshes the key's last_used_at at most
+// once per minute.
 func (l *Ledger) APIKeyAuthenticate(ctx context.Context, secret string) (*APIKey, error) {
 	if !strings.HasPrefix(secret, "tly_") {
 		return nil, ErrUnauthenticated
 	}
+	hash := sha256.Sum256([]byte(secret))
+	now := l.now()
+	if key, ok := l.apiKeys.get(hash, now); ok {
+		return key, nil
+	}
 	key, err := scanAPIKey(l.pool.QueryRow(ctx, `
 SELECT `+apiKeyColumns+` FROM billing.api_keys
-WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hashSecret(secret)))
+WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hash[:]))
 	if err == pgx.ErrNoRows {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error authenticating API key: %w", err)
 	}
-	now := l.now()
 	if key.LastUsedAt == nil || now.Sub(*key.LastUsedAt) > apiKeyLastUsedResolution {
 		if _, err := l.pool.Exec(ctx, `UPDATE billing.api_keys SET last_used_at = $2 WHERE id = $1`, key.ID, now); err != nil {
 			// Bookkeeping only: the request goes on.
 			l.logger.WarnContext(ctx, "error updating api key last_used_at", "key_prefix", key.Prefix, "error", err)
 		}
 	}
+	l.apiKeys.put(hash, key, now, l.config.APIKeyCacheTTL)
 	return key, nil
 }
 
@@ -179,6 +186,7 @@ RETURNING `+apiKeyColumns, prefixOrName, l.now())
 	if err != nil {
 		return nil, err
 	}
+	l.apiKeys.forget(revoked.ID)
 	return revoked, nil
 }
 

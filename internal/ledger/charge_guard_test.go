@@ -157,6 +157,31 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		require.Equal(t, int64(200), spend(t, ctx, b))
 	})
 
+	t.Run("ConcurrentClaimsNeverOverspendTheBudget", func(t *testing.T) {
+		t.Parallel()
+		// 12 charges of 100 claimed at once against a budget of 500: the
+		// check and the reservation are atomic per (period, currency), so
+		// exactly five reserve and seven are held.
+		ctx, b, _ := guardBundle(t, ledger.Config{PeriodBudgetCents: 500})
+		var charges []*ledger.Charge
+		for i := range 12 {
+			charges = append(charges, closedWith(t, ctx, b, fmt.Sprintf("cust-%02d", i), 100))
+		}
+		var wg sync.WaitGroup
+		for _, c := range charges {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: c.ID, JobAttempt: 1})
+				require.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int64(500), spend(t, ctx, b))
+		require.Equal(t, int64(5), b.Count(t, `SELECT count(*) FROM billing.charges WHERE budget_reserved`))
+		require.Equal(t, int64(7), b.Count(t, `SELECT count(*) FROM billing.charges WHERE status = 'held' AND held_reason = 'over_period_budget'`))
+	})
+
 	t.Run("ApprovedChargeSkipsTheCap", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := guardBundle(t, ledger.Config{})

@@ -11,10 +11,14 @@ import (
 )
 
 // The per-period budget (TALLY_PERIOD_BUDGET_CENTS): per period label and
-// currency, billing.period_spend holds the amounts of charges in flight plus
-// those that succeeded. A charge reserves its amount in the claim that first
-// lets it call Stripe (chargeGuardsTx), atomically under the spend row's lock,
-// and releases it when it fails or is canceled; a success keeps it.
+// currency, the view billing.period_spend sums the amounts of the charges in
+// flight plus those that succeeded (budget_reserved). A charge reserves its
+// amount in the claim that first lets it call Stripe (chargeGuardsTx) and
+// releases it when it fails or is canceled; a success keeps it. The spend is
+// derived from the charges rather than kept in a shared row, so charges of
+// one period never queue behind each other's row lock; only when a budget is
+// set do reservations of a (period, currency) take turns, under a
+// transaction-level advisory lock (periodSpendLockTx).
 
 // chargeSpendTx keeps the period's spend in step with a charge that just
 // changed status: a failed or canceled charge releases its reservation; a
@@ -31,25 +35,33 @@ func chargeSpendTx(ctx context.Context, tx pgx.Tx, c *Charge) (*Charge, error) {
 }
 
 // chargeSpendSetTx reserves (reserve) or releases c's amount in its period's
-// spend and marks the charge.
+// spend by marking the charge.
 func chargeSpendSetTx(ctx context.Context, tx pgx.Tx, c *Charge, reserve bool) (*Charge, error) {
-	// A release updates the row its reservation made (an INSERT of a
-	// negative amount would fail the row's CHECK before meeting the conflict).
-	query := `
-INSERT INTO billing.period_spend AS s (period, currency, reserved_cents) VALUES ($1, $2, $3)
-ON CONFLICT (period, currency) DO UPDATE SET reserved_cents = s.reserved_cents + excluded.reserved_cents`
-	if !reserve {
-		query = `UPDATE billing.period_spend SET reserved_cents = reserved_cents - $3 WHERE period = $1 AND currency = $2`
-	}
-	if _, err := tx.Exec(ctx, query, c.Period, c.Currency, c.AmountCents); err != nil {
-		return nil, fmt.Errorf("error updating spend of %s %s: %w", c.Period, c.Currency, err)
-	}
 	updated, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges SET budget_reserved = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, reserve))
 	if err != nil {
 		return nil, fmt.Errorf("error marking budget of charge %d: %w", c.ID, err)
 	}
 	return updated, nil
+}
+
+// periodSpendLockTx waits for the reservations of (period, currency) in
+// other transactions to commit or roll back, holds them off until tx ends,
+// and returns the period's spend: the check against the budget and the
+// reservation that follows it are atomic.
+func periodSpendLockTx(ctx context.Context, tx pgx.Tx, period, currency string) (int64, error) {
+	// Two statements: the sum's snapshot must be taken after the lock is.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tally.period_spend/' || $1 || '/' || $2, 0))`,
+		period, currency); err != nil {
+		return 0, fmt.Errorf("error locking spend of %s %s: %w", period, currency, err)
+	}
+	var reserved int64
+	if err := tx.QueryRow(ctx, `
+SELECT coalesce(sum(amount_cents), 0)::bigint FROM billing.charges
+WHERE period = $1 AND currency = $2 AND budget_reserved`, period, currency).Scan(&reserved); err != nil {
+		return 0, fmt.Errorf("error reading spend of %s %s: %w", period, currency, err)
+	}
+	return reserved, nil
 }
 
 // errCarryForward is chargeGuardsTx's answer for a total below Stripe's
@@ -152,19 +164,19 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (Held
 			}
 		}
 	}
-	var reserved int64
-	err := tx.QueryRow(ctx, `
-INSERT INTO billing.period_spend AS s (period, currency) VALUES ($1, $2)
-ON CONFLICT (period, currency) DO UPDATE SET reserved_cents = s.reserved_cents
-RETURNING reserved_cents`, c.Period, c.Currency).Scan(&reserved) // locks the spend row
-	if err != nil {
-		return "", "", nil, fmt.Errorf("error locking spend of %s %s: %w", c.Period, c.Currency, err)
+	if b := l.config.PeriodBudgetCents; b > 0 {
+		// An approved charge takes its turn too: it is counted, so a check
+		// running beside it must see it.
+		reserved, err := periodSpendLockTx(ctx, tx, c.Period, c.Currency)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if c.ApprovedAt == nil && reserved+c.AmountCents > b {
+			return HeldOverPeriodBudget, fmt.Sprintf("amount %d would bring %s spend in %s to %d, over the budget of %d",
+				c.AmountCents, c.Period, c.Currency, reserved+c.AmountCents, b), c, nil
+		}
 	}
-	if b := l.config.PeriodBudgetCents; b > 0 && c.ApprovedAt == nil && reserved+c.AmountCents > b {
-		return HeldOverPeriodBudget, fmt.Sprintf("amount %d would bring %s spend in %s to %d, over the budget of %d",
-			c.AmountCents, c.Period, c.Currency, reserved+c.AmountCents, b), c, nil
-	}
-	c, err = chargeSpendSetTx(ctx, tx, c, true)
+	c, err := chargeSpendSetTx(ctx, tx, c, true)
 	return "", "", c, err
 }
 

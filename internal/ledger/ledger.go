@@ -110,6 +110,10 @@ type Config struct {
 	// NamespaceDefault.
 	Namespace string
 
+	// APIKeyCacheTTL is how long an authenticated API key is trusted
+	// without reading Postgres again. Default APIKeyCacheTTLDefault.
+	APIKeyCacheTTL time.Duration
+
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 
@@ -131,6 +135,9 @@ func (c Config) WithDefaults() Config {
 	if c.StripeKeyWindow == 0 {
 		c.StripeKeyWindow = StripeKeyWindowDefault
 	}
+	if c.APIKeyCacheTTL == 0 {
+		c.APIKeyCacheTTL = APIKeyCacheTTLDefault
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -150,6 +157,9 @@ func (c Config) validate() error {
 	if c.CloseGrace < 0 {
 		return errors.New("CloseGrace must not be negative")
 	}
+	if c.APIKeyCacheTTL < 0 {
+		return errors.New("APIKeyCacheTTL must not be negative")
+	}
 	if c.StripeKeyWindow < 0 {
 		return errors.New("StripeKeyWindow must not be negative")
 	}
@@ -167,9 +177,10 @@ func (c Config) validate() error {
 
 // Ledger runs Tally's domain operations against Postgres.
 type Ledger struct {
-	pool   *pgxpool.Pool
-	config Config
-	logger *slog.Logger
+	pool    *pgxpool.Pool
+	config  Config
+	logger  *slog.Logger
+	apiKeys apiKeyCache
 }
 
 // New returns a Ledger using pool, or an error naming the invalid Config field.

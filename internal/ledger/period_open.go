@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,12 +11,13 @@ import (
 )
 
 // periodsOpenTx makes sure each (customer, period) of events exists and is
-// open, and holds it FOR KEY SHARE until tx ends. Periods are visited in
-// sorted order so concurrent batches take their locks in the same order. A
-// period is created, with its charge job, only by the transaction whose
-// INSERT wins; the unique charge job is the second guard. It sets each
-// event's periodCurrency, and returns the error of each (customer, period)
-// that cannot take events.
+// open, and holds it FOR KEY SHARE until tx ends. The periods that exist are
+// locked in one statement, in sorted order; the missing ones are then created
+// and locked one by one, in sorted order too, so concurrent batches never
+// wait for each other in a cycle. A period is created, with its charge job,
+// only by the transaction whose INSERT wins; the unique charge job is the
+// second guard. It sets each event's periodCurrency, and returns the error of
+// each (customer, period) that cannot take events.
 func (l *Ledger) periodsOpenTx(ctx context.Context, tx pgx.Tx, now time.Time, events []*preparedEvent) (map[periodKey]error, error) {
 	byPeriod := map[periodKey][]*preparedEvent{}
 	for _, ev := range events {
@@ -33,50 +35,103 @@ func (l *Ledger) periodsOpenTx(ctx context.Context, tx pgx.Tx, now time.Time, ev
 		return keys[i].period < keys[j].period
 	})
 
+	locked, err := periodsLockTx(ctx, tx, keys)
+	if err != nil {
+		return nil, err
+	}
 	errs := map[periodKey]error{}
-	customerCurrency := map[string]string{}
 	for _, k := range keys {
-		bounds := byPeriod[k][0].periodBound
-		currency, ok := customerCurrency[k.customerID]
+		state, ok := locked[k]
 		if !ok {
-			err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, k.customerID).Scan(&currency)
-			if err == pgx.ErrNoRows {
-				errs[k] = &ValidationError{Fields: map[string]string{"customer_id": fmt.Sprintf(
-					"unknown customer %q: create it with PUT /v1/customers/{customer_id} first", k.customerID)}}
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("error reading customer %s: %w", k.customerID, err)
-			}
-			customerCurrency[k.customerID] = currency
-		}
-
-		closesAt := bounds.EndsAt.Add(l.config.CloseGrace)
-		if now.Before(closesAt) {
-			if err := l.periodCreateTx(ctx, tx, now, k, bounds, closesAt, currency); err != nil {
+			if state, err = l.periodCreateLockTx(ctx, tx, now, k, byPeriod[k][0].periodBound); err != nil {
+				var ve *ValidationError
+				if errors.As(err, &ve) {
+					errs[k] = ve
+					continue
+				}
 				return nil, err
 			}
 		}
-
-		var status, periodCurrency string
-		err := tx.QueryRow(ctx, `
-SELECT status, currency, closes_at FROM billing.periods
-WHERE customer_id = $1 AND period = $2
-FOR KEY SHARE`, k.customerID, k.period).Scan(&status, &periodCurrency, &closesAt)
-		switch {
-		case err == pgx.ErrNoRows || (err == nil && (status != PeriodOpen || !now.Before(closesAt))):
+		if state == nil || state.status != PeriodOpen || !now.Before(state.closesAt) {
+			closesAt := byPeriod[k][0].periodBound.EndsAt.Add(l.config.CloseGrace)
+			if state != nil {
+				closesAt = state.closesAt
+			}
 			errs[k] = &ConflictError{Code: ConflictPeriodClosed, Detail: fmt.Sprintf(
 				"period %s of customer %s closed at %s and its charge is computed; "+
 					"events for it can no longer be added", k.period, k.customerID, closesAt.Format(time.RFC3339))}
 			continue
-		case err != nil:
-			return nil, fmt.Errorf("error locking period %s/%s: %w", k.customerID, k.period, err)
 		}
 		for _, ev := range byPeriod[k] {
-			ev.periodCurrency = periodCurrency
+			ev.periodCurrency = state.currency
 		}
 	}
 	return errs, nil
+}
+
+// periodState is a period row as ingest reads it under its lock.
+type periodState struct {
+	status, currency string
+	closesAt         time.Time
+}
+
+// periodsLockTx locks FOR KEY SHARE, in (customer, period) byte order, the
+// periods among keys that exist, and returns them. It runs unprepared
+// (QueryExecModeExec) so Postgres plans it for the table's size of the day,
+// never with a plan cached while the table was empty.
+func periodsLockTx(ctx context.Context, tx pgx.Tx, keys []periodKey) (map[periodKey]*periodState, error) {
+	customers := make([]string, len(keys))
+	periods := make([]string, len(keys))
+	for i, k := range keys {
+		customers[i], periods[i] = k.customerID, k.period
+	}
+	rows, err := tx.Query(ctx, `
+SELECT p.customer_id, p.period, p.status, p.currency, p.closes_at
+FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
+JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
+ORDER BY p.customer_id COLLATE "C", p.period COLLATE "C"
+FOR KEY SHARE OF p`, pgx.QueryExecModeExec, customers, periods)
+	if err != nil {
+		return nil, fmt.Errorf("error locking %d periods: %w", len(keys), err)
+	}
+	locked := make(map[periodKey]*periodState, len(keys))
+	var k periodKey
+	var st periodState
+	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.period, &st.status, &st.currency, &st.closesAt}, func() error {
+		s := st
+		locked[k] = &s
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error locking %d periods: %w", len(keys), err)
+	}
+	return locked, nil
+}
+
+// periodCreateLockTx creates period k of bounds b unless its close time has
+// passed (with its charge job, when this transaction's insert wins), then
+// locks it FOR KEY SHARE and returns it, or nil when it does not exist. It
+// returns a *ValidationError when the customer is unknown.
+func (l *Ledger) periodCreateLockTx(ctx context.Context, tx pgx.Tx, now time.Time, k periodKey, b Bounds) (*periodState, error) {
+	var currency string
+	err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, k.customerID).Scan(&currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &ValidationError{Fields: map[string]string{"customer_id": fmt.Sprintf(
+			"unknown customer %q: create it with PUT /v1/customers/{customer_id} first", k.customerID)}}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading customer %s: %w", k.customerID, err)
+	}
+	if closesAt := b.EndsAt.Add(l.config.CloseGrace); now.Before(closesAt) {
+		if err := l.periodCreateTx(ctx, tx, now, k, b, closesAt, currency); err != nil {
+			return nil, err
+		}
+	}
+	locked, err := periodsLockTx(ctx, tx, []periodKey{k})
+	if err != nil {
+		return nil, err
+	}
+	return locked[k], nil
 }
 
 // periodCreateTx inserts the period row unless it exists and, only when this

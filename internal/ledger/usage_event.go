@@ -135,7 +135,22 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 // UsageEventRecord records one usage event; see UsageEventRecordBatch for the
 // rules. It returns a *ValidationError or *ConflictError (not a BatchError)
 // when the event is rejected.
+//
+// The common case — a new event for a period that is open — is one statement
+// and one round trip (usageEventInsertOpen). Everything else (the period's
+// first event, a replay, a conflict, a closed period, a currency mismatch, an
+// invalid event) takes the batch path, which explains it.
 func (l *Ledger) UsageEventRecord(ctx context.Context, p UsageEventParams) (*UsageEventResult, error) {
+	now := l.now()
+	if ev, err := l.prepare(p, now); err == nil {
+		inserted, err := usageEventInsertOpen(ctx, l.pool, now, ev)
+		switch {
+		case err != nil && !isRetryable(err):
+			return nil, err
+		case inserted != nil:
+			return &UsageEventResult{Event: inserted}, nil
+		}
+	}
 	results, err := l.UsageEventRecordBatch(ctx, []UsageEventParams{p})
 	var batchErr *BatchError
 	if errors.As(err, &batchErr) {
@@ -274,6 +289,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, now time.Time, n int, 
 		return nil, nil, err
 	}
 
+	var insert []*preparedEvent
 	for _, ev := range fresh {
 		if perr, ok := periodErrs[periodKey{ev.CustomerID, ev.periodBound.Label}]; ok {
 			itemErrs[ev.index] = perr
@@ -285,19 +301,34 @@ func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, now time.Time, n int, 
 				ev.periodCurrency, ev.periodBound.Label, ev.CustomerID, ev.periodCurrency)}}
 			continue
 		}
-		inserted, err := usageEventInsert(ctx, tx, now, ev)
-		if err != nil {
+		insert = append(insert, ev)
+	}
+	inserted := map[eventKey]*UsageEvent{}
+	if len(insert) > 0 {
+		if inserted, err = usageEventsInsert(ctx, tx, now, insert); err != nil {
 			return nil, nil, err
 		}
-		if inserted != nil {
-			results[ev.index] = &UsageEventResult{Event: inserted}
+	}
+	// An event not inserted collided with a row stored since step 1, or with
+	// an earlier item of this batch: it is a replay or a conflict of that row.
+	var collided []*preparedEvent
+	for _, ev := range insert {
+		k := eventKey{ev.CustomerID, ev.EventID}
+		if e, ok := inserted[k]; ok {
+			results[ev.index] = &UsageEventResult{Event: e}
+			delete(inserted, k)
 			continue
 		}
-		s, err := usageEventsFind(ctx, tx, []*preparedEvent{ev})
+		collided = append(collided, ev)
+	}
+	if len(collided) > 0 {
+		stored, err := usageEventsFind(ctx, tx, collided)
 		if err != nil {
 			return nil, nil, err
 		}
-		results[ev.index], itemErrs[ev.index] = compareStored(ev, s[eventKey{ev.CustomerID, ev.EventID}])
+		for _, ev := range collided {
+			results[ev.index], itemErrs[ev.index] = compareStored(ev, stored[eventKey{ev.CustomerID, ev.EventID}])
+		}
 	}
 	for i, err := range itemErrs {
 		if err == nil {
@@ -354,7 +385,7 @@ func usageEventsFind(ctx context.Context, tx pgx.Tx, events []*preparedEvent) (m
 	rows, err := tx.Query(ctx, `
 SELECT `+usageEventColumns+`
 FROM billing.usage_events
-WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, customers, ids)
+WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, pgx.QueryExecModeExec, customers, ids)
 	if err != nil {
 		return nil, fmt.Errorf("error finding stored events: %w", err)
 	}
@@ -369,22 +400,88 @@ WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 	return m, nil
 }
 
-// usageEventInsert inserts ev and returns it, or nil when its (customer,
-// event_id) is already taken.
-func usageEventInsert(ctx context.Context, tx pgx.Tx, now time.Time, ev *preparedEvent) (*UsageEvent, error) {
+// usageEventsInsert inserts events, in their order, in one statement, and
+// returns those inserted; an event whose (customer, event_id) is already
+// taken (by a stored row, or by an earlier item) is left out. It runs
+// unprepared (QueryExecModeExec) so its plan always fits the table's size.
+func usageEventsInsert(ctx context.Context, tx pgx.Tx, now time.Time, events []*preparedEvent) (map[eventKey]*UsageEvent, error) {
+	n := len(events)
+	var (
+		customers, ids, periods, currencies, properties = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		amounts                                         = make([]int64, n)
+		quantities                                      = make([]*int64, n)
+		metrics                                         = make([]*string, n)
+		occurred                                        = make([]time.Time, n)
+		hashes                                          = make([][]byte, n)
+	)
+	for i, ev := range events {
+		customers[i], ids[i], periods[i], currencies[i] = ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.periodCurrency
+		amounts[i], quantities[i], properties[i], occurred[i], hashes[i] = ev.AmountCents, ev.Quantity, string(ev.properties), ev.occurredAt, ev.hash
+		if ev.Metric != "" {
+			metrics[i] = &ev.Metric
+		}
+	}
+	rows, err := tx.Query(ctx, `
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
+                                  metric, properties, occurred_at, received_at, payload_hash)
+SELECT customer_id, event_id, period, amount_cents, currency, quantity, metric, properties::jsonb,
+       occurred_at, $10, payload_hash
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[],
+            $8::text[], $9::timestamptz[], $11::bytea[])
+     WITH ORDINALITY AS e (customer_id, event_id, period, amount_cents, currency, quantity, metric,
+                           properties, occurred_at, payload_hash, n)
+ORDER BY n
+ON CONFLICT (customer_id, event_id) DO NOTHING
+RETURNING `+usageEventColumns, pgx.QueryExecModeExec,
+		customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("error inserting %d events: %w", n, err)
+	}
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) { return scanUsageEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("error inserting %d events: %w", n, err)
+	}
+	inserted := make(map[eventKey]*UsageEvent, len(stored))
+	for _, s := range stored {
+		inserted[eventKey{s.event.CustomerID, s.event.EventID}] = s.event
+	}
+	return inserted, nil
+}
+
+// usageEventInsertOpenSQL inserts one event when its period exists, is open
+// and before its close, and has the event's currency (or the event names
+// none), and its (customer, event_id) is new. The period row is read FOR KEY
+// SHARE in the same statement, so a concurrent close (FOR UPDATE) either
+// waits for this event or, once it committed, makes the statement insert
+// nothing (Postgres re-checks the row's status under the lock).
+const usageEventInsertOpenSQL = `
+WITH p AS (
+  SELECT currency FROM billing.periods
+  WHERE customer_id = $1 AND period = $3 AND status = 'open' AND closes_at > $10
+  FOR KEY SHARE
+)
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
+                                  metric, properties, occurred_at, received_at, payload_hash)
+SELECT $1, $2, $3, $4, p.currency, $6, $7, $8, $9, $10, $11 FROM p
+WHERE $5::text = '' OR $5::text = p.currency
+ON CONFLICT (customer_id, event_id) DO NOTHING
+RETURNING ` + usageEventColumns
+
+// usageEventInsertOpen records ev in one statement (usageEventInsertOpenSQL)
+// and returns it, or nil when the statement inserted nothing and the caller
+// must find out why.
+func usageEventInsertOpen(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, now time.Time, ev *preparedEvent,
+) (*UsageEvent, error) {
 	var metric *string
 	if ev.Metric != "" {
 		metric = &ev.Metric
 	}
-	s, err := scanUsageEvent(tx.QueryRow(ctx, `
-INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
-                                  metric, properties, occurred_at, received_at, payload_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (customer_id, event_id) DO NOTHING
-RETURNING `+usageEventColumns,
-		ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.AmountCents, ev.periodCurrency, ev.Quantity,
+	s, err := scanUsageEvent(db.QueryRow(ctx, usageEventInsertOpenSQL,
+		ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.AmountCents, ev.Currency, ev.Quantity,
 		metric, ev.properties, ev.occurredAt, now, ev.hash))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
