@@ -8,6 +8,7 @@ GOPATH_BIN  := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 STRIPE_MOCK := $(GOPATH_BIN)/stripe-mock
 PKGS        ?= ./...
 TESTFLAGS   ?=
+BENCHFLAGS  ?=
 CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
@@ -29,7 +30,7 @@ define fuzz-run
 	done
 endef
 
-.PHONY: help test fuzz scale chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test fuzz scale bench chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -50,6 +51,10 @@ scale: ## 1,000 customers x 1 period closed at once against the simulator: one P
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" TALLY_SCALE_CUSTOMERS=1000 \
 	  $(GO) test -count=1 -run 'TestChargeManyCustomers' -v ./internal/jobs/
+
+bench: ## raw baselines, then Tally over HTTP, in one run: a table of ratios, exit 1 on a missed target (BENCHFLAGS=--short, --write-docs, ...)
+	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
+	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" $(GO) run ./cmd/bench $(BENCHFLAGS)
 
 chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce)
 	bash scripts/ensure-postgres.sh >/dev/null

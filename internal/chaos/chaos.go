@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
@@ -26,10 +27,10 @@ type run struct {
 	dbURL    string
 	binDir   string
 	stack    *stack
-	sim      *proc
+	sim      *proc.Proc
 	control  *stripesim.ControlClient
-	apis     []*proc
-	workers  []*proc
+	apis     []*proc.Proc
+	workers  []*proc.Proc
 	apiURLs  []string
 	producer *producer
 
@@ -69,7 +70,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
 
 	r.binDir = filepath.Join(cfg.WorkDir, "bin")
-	if err := buildBinaries(ctx, cfg.RepoDir, r.binDir); err != nil {
+	if err := proc.Build(ctx, cfg.RepoDir, r.binDir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
@@ -117,7 +118,7 @@ func (r *run) startStack(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) all() []*proc { return r.stack.all() }
+func (r *run) all() []*proc.Proc { return r.stack.all() }
 
 func (r *run) stopStack() { r.stack.stop() }
 
@@ -181,20 +182,20 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	// Quiescence: every replica up, the last periods closed, discarded jobs
 	// redriven (twice), then wait for every charge and job to settle.
 	for _, p := range r.all() {
-		if !p.running() {
-			if err := p.start(); err != nil {
+		if !p.Running() {
+			if err := p.Start(); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, p := range r.all() {
-		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+		if err := p.WaitReady(ctx, 60*time.Second); err != nil {
 			return nil, err
 		}
 	}
 	r.closeAll(ctx, customers, periods)
 	for range 2 {
-		out, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, "redrive")
+		out, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, "redrive")
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +307,7 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 // grace is a violation, recorded in r.pauseLeaks.
 func (r *run) killSwitch(ctx context.Context) {
 	ctl := func(args ...string) error {
-		_, err := runTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, args...)
+		_, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, args...)
 		return err
 	}
 	if err := ctl("charging", "pause", "--reason", "chaos: kill switch drill"); err != nil {
@@ -369,7 +370,7 @@ func (r *run) closeAll(ctx context.Context, customers []string, periods []time.T
 // waits for River's rescuer (RescueStuckJobsAfter plus its interval), which
 // then has time to run before the end.
 func (r *run) killLoop(ctx context.Context) {
-	replicas := append(append([]*proc{}, r.apis...), r.workers...)
+	replicas := append(append([]*proc.Proc{}, r.apis...), r.workers...)
 	stopAt := time.Now().Add(r.cfg.LoadFor * 7 / 10)
 	for time.Now().Before(stopAt) {
 		select {
@@ -378,17 +379,17 @@ func (r *run) killLoop(ctx context.Context) {
 		case <-time.After(r.cfg.KillEvery):
 		}
 		p := replicas[r.intn(len(replicas))]
-		if !p.running() {
+		if !p.Running() {
 			continue
 		}
-		p.kill()
+		p.Kill()
 		r.fault("kill")
-		r.fault("kill " + strings.Split(p.name, "-")[0])
+		r.fault("kill " + strings.Split(p.Name, "-")[0])
 		pause := time.Duration(500+r.intn(2000)) * time.Millisecond
 		go func() {
 			time.Sleep(pause)
-			if err := p.start(); err != nil {
-				r.logf("restart of %s failed: %v", p.name, err)
+			if err := p.Start(); err != nil {
+				r.logf("restart of %s failed: %v", p.Name, err)
 			}
 		}()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
@@ -58,7 +59,7 @@ type FailoverConfig struct {
 	RepoDir string
 
 	// BinDir, when set, holds the four commands already built (see
-	// buildBinaries) and RepoDir is not used; empty means build them into
+	// proc.Build) and RepoDir is not used; empty means build them into
 	// WorkDir/bin.
 	BinDir string
 
@@ -243,7 +244,7 @@ func (f *failover) setup(ctx context.Context) error {
 	f.binDir = f.cfg.BinDir
 	if f.binDir == "" {
 		f.binDir = filepath.Join(f.cfg.WorkDir, "bin")
-		if err := buildBinaries(ctx, f.cfg.RepoDir, f.binDir); err != nil {
+		if err := proc.Build(ctx, f.cfg.RepoDir, f.binDir); err != nil {
 			return err
 		}
 	}

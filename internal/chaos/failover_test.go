@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/proc"
 )
 
 // TestFailoverShort is the short failover drill inside make test: a primary
@@ -27,7 +29,7 @@ func TestFailoverShort(t *testing.T) {
 	binDir := filepath.Join(t.TempDir(), "bin")
 	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancelBuild()
-	require.NoError(t, buildBinaries(buildCtx, repoDir, binDir))
+	require.NoError(t, proc.Build(buildCtx, repoDir, binDir))
 
 	drill := func(t *testing.T, sync bool) {
 		// A fixed seed keeps make test reproducible (timing still varies);

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/tally-billing/tally/internal/proc"
 )
 
 // cluster is a private Postgres cluster the run owns, so restarting it
@@ -63,7 +65,7 @@ func startCluster(ctx context.Context, workDir string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}

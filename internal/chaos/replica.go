@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tally-billing/tally/internal/proc"
 )
 
 // standbyAppName is the standby's application_name, as pg_stat_replication
@@ -28,7 +30,7 @@ func startPrimary(ctx context.Context, workDir, logDir string) (*cluster, error)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("error finding a port for the primary: %w", err)
 	}
@@ -75,7 +77,7 @@ log_min_messages = warning
 // points at replPort, the replication proxy's port on 127.0.0.1, so the
 // proxy can stall the stream. Its log goes to logDir/postgres-standby.log.
 func startStandby(ctx context.Context, primary *cluster, replPort int, workDir, logDir string) (*cluster, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("error finding a port for the standby: %w", err)
 	}

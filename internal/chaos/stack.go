@@ -9,13 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
 // stackConfig describes the Tally processes of a run. Its database must
 // exist; newStack migrates it.
 type stackConfig struct {
-	binDir string // the four commands, from buildBinaries
+	binDir string // the four commands, from proc.Build
 	logDir string // one log file per process
 	dbURL  string // every process's DATABASE_URL
 	apis   int    // API replicas (TALLY_ROLES=api)
@@ -29,13 +30,13 @@ type stackConfig struct {
 }
 
 // stack is the Tally processes of a run: the Stripe simulator and the API
-// and worker replicas of cmd/server, every one a restartable proc, and an
+// and worker replicas of cmd/server, every one a restartable proc.Proc, and an
 // API key with every scope.
 type stack struct {
-	sim     *proc
+	sim     *proc.Proc
 	control *stripesim.ControlClient
-	apis    []*proc
-	workers []*proc
+	apis    []*proc.Proc
+	workers []*proc.Proc
 	apiURLs []string
 	key     string
 }
@@ -46,10 +47,10 @@ type stack struct {
 // it stops whatever it started.
 func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 	dbEnv := []string{"DATABASE_URL=" + sc.dbURL}
-	if _, err := runTool(ctx, filepath.Join(sc.binDir, "migrate"), dbEnv, "up"); err != nil {
+	if _, err := proc.RunTool(ctx, filepath.Join(sc.binDir, "migrate"), dbEnv, "up"); err != nil {
 		return nil, fmt.Errorf("error migrating: %w", err)
 	}
-	key, err := runTool(ctx, filepath.Join(sc.binDir, "billingctl"), dbEnv, "apikey", "create", "--name", "chaos",
+	key, err := proc.RunTool(ctx, filepath.Join(sc.binDir, "billingctl"), dbEnv, "apikey", "create", "--name", "chaos",
 		"--scopes", "usage:write,customers:write,billing:read,admin")
 	if err != nil {
 		return nil, fmt.Errorf("error creating an API key: %w", err)
@@ -58,7 +59,7 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 
 	ports := make([]int, 1+sc.apis)
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = proc.FreePort(); err != nil {
 			return nil, fmt.Errorf("error finding a free port: %w", err)
 		}
 	}
@@ -70,9 +71,9 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 	if sc.simRetention > 0 {
 		simArgs = append(simArgs, "--idempotency-retention", sc.simRetention.String())
 	}
-	s.sim = &proc{name: "stripesim", bin: filepath.Join(sc.binDir, "stripesim"), args: simArgs,
-		env:     []string{"STRIPESIM_WEBHOOK_URL=" + s.apiURLs[0] + "/v1/stripe/webhooks", "STRIPESIM_WEBHOOK_SECRET=" + webhookSecret},
-		logPath: filepath.Join(sc.logDir, "stripesim.log"), ready: simURL + "/_sim/health"}
+	s.sim = &proc.Proc{Name: "stripesim", Bin: filepath.Join(sc.binDir, "stripesim"), Args: simArgs,
+		Env:     []string{"STRIPESIM_WEBHOOK_URL=" + s.apiURLs[0] + "/v1/stripe/webhooks", "STRIPESIM_WEBHOOK_SECRET=" + webhookSecret},
+		LogPath: filepath.Join(sc.logDir, "stripesim.log"), Ready: simURL + "/_sim/health"}
 	s.control = &stripesim.ControlClient{BaseURL: simURL}
 
 	common := append(dbEnv,
@@ -83,23 +84,23 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s")
 	common = append(common, sc.env...)
 	for i, url := range s.apiURLs {
-		s.apis = append(s.apis, &proc{name: fmt.Sprintf("api-%d", i), bin: filepath.Join(sc.binDir, "server"),
-			env:     append(append([]string{}, common...), "TALLY_ROLES=api", "TALLY_HTTP_ADDR="+strings.TrimPrefix(url, "http://")),
-			logPath: filepath.Join(sc.logDir, fmt.Sprintf("api-%d.log", i)), ready: url + "/readyz"})
+		s.apis = append(s.apis, &proc.Proc{Name: fmt.Sprintf("api-%d", i), Bin: filepath.Join(sc.binDir, "server"),
+			Env:     append(append([]string{}, common...), "TALLY_ROLES=api", "TALLY_HTTP_ADDR="+strings.TrimPrefix(url, "http://")),
+			LogPath: filepath.Join(sc.logDir, fmt.Sprintf("api-%d.log", i)), Ready: url + "/readyz"})
 	}
 	for i := range sc.workers {
-		s.workers = append(s.workers, &proc{name: fmt.Sprintf("worker-%d", i), bin: filepath.Join(sc.binDir, "server"),
-			env:     append(append([]string{}, common...), "TALLY_ROLES=worker"),
-			logPath: filepath.Join(sc.logDir, fmt.Sprintf("worker-%d.log", i))})
+		s.workers = append(s.workers, &proc.Proc{Name: fmt.Sprintf("worker-%d", i), Bin: filepath.Join(sc.binDir, "server"),
+			Env:     append(append([]string{}, common...), "TALLY_ROLES=worker"),
+			LogPath: filepath.Join(sc.logDir, fmt.Sprintf("worker-%d.log", i))})
 	}
 	for _, p := range s.all() {
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			s.stop()
 			return nil, err
 		}
 	}
 	for _, p := range s.all() {
-		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+		if err := p.WaitReady(ctx, 60*time.Second); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -108,8 +109,8 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 }
 
 // all lists every process, the simulator first.
-func (s *stack) all() []*proc {
-	return append(append([]*proc{s.sim}, s.apis...), s.workers...)
+func (s *stack) all() []*proc.Proc {
+	return append(append([]*proc.Proc{s.sim}, s.apis...), s.workers...)
 }
 
 // newProducer returns a producer posting to the stack's API replicas.
@@ -120,12 +121,12 @@ func (s *stack) newProducer() *producer {
 // stop stops the replicas (SIGTERM, then SIGKILL), then the simulator.
 func (s *stack) stop() {
 	var wg sync.WaitGroup
-	for _, p := range append(append([]*proc{}, s.apis...), s.workers...) {
+	for _, p := range append(append([]*proc.Proc{}, s.apis...), s.workers...) {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.stop(10 * time.Second) }()
+		go func() { defer wg.Done(); p.Stop(10 * time.Second) }()
 	}
 	wg.Wait()
 	if s.sim != nil {
-		s.sim.stop(5 * time.Second)
+		s.sim.Stop(5 * time.Second)
 	}
 }

@@ -1,0 +1,366 @@
+// Package bench is `make bench` (cmd/bench): in one run against one
+// Postgres it measures raw baselines — what Postgres and River do with no
+// Tally in the way — and then Tally through real HTTP against real server
+// processes, and compares them as ratios measured in the same run (the
+// machine is noisy, so only ratios mean anything).
+//
+// The phases, in order:
+//
+//	raw_sql            clients × (one event row + one river_job-shaped outbox row per
+//	                   transaction, as one pgx.Batch), on copies of Tally's tables
+//	raw_copy           2 writers × CopyFrom of 1,000 event rows per transaction
+//	river_noop         an in-process River client with a no-op worker: N jobs inserted,
+//	                   then worked by Workers workers
+//	ingest_spread      a fresh database and server (TALLY_ROLES=api); clients post single
+//	                   events spread over the customers
+//	ingest_hot         the same server; every client posts to one customer
+//	ingest_batch       the same server; 2 clients post batches of 1,000 events
+//	ingest_after_load  the same server, never restarted: LoadEvents loaded through the
+//	                   batch API, then ingest_spread again
+//	charges            a fresh database, the Stripe simulator and a server with
+//	                   TALLY_ROLES=api,worker: N periods closing at the same moment
+//
+// Every run creates its own databases (tally_bench_<hex>_…) and drops them
+// at the end; the servers are the binaries of the repository, built into a
+// work directory, bound to 127.0.0.1.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/schema"
+)
+
+// Phase names, in the order they run.
+const (
+	PhaseRawSQL          = "raw_sql"
+	PhaseRawCopy         = "raw_copy"
+	PhaseRiverNoop       = "river_noop"
+	PhaseIngestSpread    = "ingest_spread"
+	PhaseIngestHot       = "ingest_hot"
+	PhaseIngestBatch     = "ingest_batch"
+	PhaseIngestAfterLoad = "ingest_after_load"
+	PhaseCharges         = "charges"
+)
+
+// Phases lists every phase in the order a run performs them.
+var Phases = []string{
+	PhaseRawSQL, PhaseRawCopy, PhaseRiverNoop,
+	PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
+	PhaseCharges,
+}
+
+// Fixed shapes of the workload.
+const (
+	batchSize    = 1000 // events per batch (the API's maximum) and rows per COPY
+	copyWriters  = 2    // raw_copy and ingest_batch clients
+	loadClients  = 4    // clients loading events before ingest_after_load
+	workersTally = 50   // cmd/server's TALLY_WORKERS default (workersDefault in cmd/server/config.go)
+)
+
+// Config configures a run. DefaultConfig and ShortConfig give complete ones.
+type Config struct {
+	// AdminURL is a postgres:// URL of a role allowed to CREATE DATABASE.
+	AdminURL string
+	// RepoDir is the module root: the binaries are built from it, and git
+	// describes the commit measured.
+	RepoDir string
+	// WorkDir receives the binaries and the servers' logs; empty: a
+	// temporary directory, removed at the end unless Keep.
+	WorkDir string
+
+	// Short marks a quick run whose figures are not asserted.
+	Short bool
+	// Duration is how long each timed phase posts.
+	Duration time.Duration
+	// Clients is the number of concurrent clients of raw_sql and the single
+	// event ingest phases.
+	Clients int
+	// Workers is River's MaxWorkers in river_noop and TALLY_WORKERS of every
+	// server, so both sides use the same count.
+	Workers int
+	// Charges is the number of periods closed at once (charges), and of jobs
+	// worked by river_noop.
+	Charges int
+	// LoadEvents is how many events are loaded before ingest_after_load.
+	LoadEvents int
+	// Customers is the number of customers events are spread over.
+	Customers int
+	// Only, when not empty, names the phases to run; the others are skipped
+	// and the targets that need them are not judged.
+	Only []string
+	// Keep keeps the databases (and WorkDir) for a look afterwards.
+	Keep bool
+
+	// Command is the command line shown in the report's header.
+	Command string
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// DefaultConfig is the full run of make bench.
+func DefaultConfig() Config {
+	return Config{Duration: 10 * time.Second, Clients: 16, Workers: workersTally, Charges: 1000,
+		LoadEvents: 1_000_000, Customers: 1000}
+}
+
+// ShortConfig is a quick run: a few seconds a phase, small counts, nothing
+// asserted.
+func ShortConfig() Config {
+	c := DefaultConfig()
+	c.Short, c.Duration, c.Charges, c.LoadEvents = true, 3*time.Second, 100, 20_000
+	return c
+}
+
+// validate checks the configuration.
+func (c *Config) validate() error {
+	var errs []error
+	if c.AdminURL == "" {
+		errs = append(errs, errors.New("no admin URL: set TALLY_TEST_ADMIN_DATABASE_URL or --admin-url"))
+	} else if u, err := url.Parse(c.AdminURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		errs = append(errs, fmt.Errorf("admin URL %q is not a postgres:// URL", c.AdminURL))
+	}
+	if c.RepoDir == "" {
+		errs = append(errs, errors.New("no repository directory"))
+	}
+	if c.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration %s: must be positive", c.Duration))
+	}
+	for name, v := range map[string]int{"clients": c.Clients, "workers": c.Workers, "charges": c.Charges,
+		"load-events": c.LoadEvents, "customers": c.Customers} {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
+		}
+	}
+	for _, p := range c.Only {
+		if !slices.Contains(Phases, p) {
+			errs = append(errs, fmt.Errorf("unknown phase %q: want one of %s", p, strings.Join(Phases, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runs reports whether phase is part of the run.
+func (c *Config) runs(phase string) bool {
+	return len(c.Only) == 0 || slices.Contains(c.Only, phase)
+}
+
+// runsAny reports whether any of phases is part of the run.
+func (c *Config) runsAny(phases ...string) bool {
+	return slices.ContainsFunc(phases, c.runs)
+}
+
+// run is the state of one benchmark run.
+type run struct {
+	cfg       Config
+	id        string // hex, part of every database name
+	binDir    string
+	logDir    string
+	databases []string // created, dropped at the end
+	mem       memory
+	report    *Report
+}
+
+// Run performs one benchmark run and returns its report. An error means the
+// run could not be carried out (setup failed, ctx canceled); a phase whose
+// requests failed is recorded in the report (Report.Failures) and the run
+// goes on with the next phase. The work directory, when Run creates it, is
+// removed at the end unless Keep, or the run failed: then the servers' logs
+// stay there, and the log says where.
+func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	r := &run{cfg: cfg, id: randomHex(4)}
+	r.report = &Report{Short: cfg.Short, Results: map[string]*Result{}}
+
+	if r.cfg.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "tally-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("error creating a work directory: %w", err)
+		}
+		r.cfg.WorkDir = dir
+		defer func() {
+			if cfg.Keep || err != nil || len(r.report.Failures) > 0 {
+				r.logf("work directory kept: %s (server logs in %s)", dir, r.logDir)
+				return
+			}
+			_ = os.RemoveAll(dir)
+		}()
+	}
+	r.binDir, r.logDir = filepath.Join(r.cfg.WorkDir, "bin"), filepath.Join(r.cfg.WorkDir, "logs")
+	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("error creating %s: %w", r.logDir, err)
+	}
+	defer r.dropDatabases()
+
+	header, err := describe(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.report.Header = header
+
+	if cfg.runsAny(PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseCharges) {
+		r.logf("building server, stripesim, billingctl and migrate into %s", r.binDir)
+		if err := proc.Build(ctx, cfg.RepoDir, r.binDir); err != nil {
+			return nil, fmt.Errorf("error building the commands: %w", err)
+		}
+	}
+	steps := []struct {
+		phases []string
+		do     func(context.Context) error
+	}{
+		{[]string{PhaseRawSQL, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
+		{[]string{PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
+		{[]string{PhaseCharges}, r.charges},
+	}
+	for _, s := range steps {
+		if !cfg.runsAny(s.phases...) {
+			continue
+		}
+		if err := s.do(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.report.MemoryPeak, r.report.MemoryWho = r.mem.peak(), r.mem.who
+	r.report.judge()
+	if cfg.Keep {
+		r.logf("databases kept: %s", strings.Join(r.databases, ", "))
+	}
+	return r.report, nil
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Log, "bench %s: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// record stores a phase's result, or its failure, and logs it.
+func (r *run) record(res *Result, err error) error {
+	if err != nil {
+		var pe *phaseError
+		if !errors.As(err, &pe) {
+			return err // the run itself failed
+		}
+		r.logf("PHASE %s FAILED: %v", pe.phase, pe.err)
+		r.report.Failures = append(r.report.Failures, pe.Error())
+		if res == nil {
+			return nil
+		}
+	}
+	r.report.Results[res.Phase] = res
+	r.logf("%s", res.summary())
+	return nil
+}
+
+// step is one phase: its name and how to measure it.
+type step struct {
+	name    string
+	measure func() (*Result, error)
+}
+
+// phases measures, in order, the steps the run includes, and records each
+// result; it stops at an error of the run itself.
+func (r *run) phases(steps ...step) error {
+	for _, s := range steps {
+		if !r.cfg.runs(s.name) {
+			continue
+		}
+		if err := r.record(s.measure()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// phaseError is a phase whose work failed (requests answered non-2xx, a
+// charge not succeeded): recorded, and the run goes on.
+type phaseError struct {
+	phase string
+	err   error
+}
+
+func (e *phaseError) Error() string { return e.phase + ": " + e.err.Error() }
+func (e *phaseError) Unwrap() error { return e.err }
+
+// loopError turns a loop's failed calls into a *phaseError with a sample.
+func loopError(phase string, lr loopResult) error {
+	if lr.errors == 0 {
+		return nil
+	}
+	return &phaseError{phase: phase, err: fmt.Errorf("%d of %d calls failed; first: %w", lr.errors, lr.errors+lr.ops, lr.firstErr)}
+}
+
+// createDatabase creates a fresh database named after the run and suffix,
+// migrates it, and returns its URL.
+func (r *run) createDatabase(ctx context.Context, suffix string) (string, error) {
+	name := fmt.Sprintf("tally_bench_%s_%s", r.id, suffix)
+	r.logf("creating and migrating database %s", name)
+	admin, err := pgx.Connect(ctx, r.cfg.AdminURL)
+	if err != nil {
+		return "", fmt.Errorf("error connecting to the admin database: %w", err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	_ = admin.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return "", fmt.Errorf("error creating database %s: %w", name, err)
+	}
+	r.databases = append(r.databases, name)
+	u, _ := url.Parse(r.cfg.AdminURL) // validated
+	u.Path = "/" + name
+	dbURL := u.String()
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return "", fmt.Errorf("error connecting to %s: %w", name, err)
+	}
+	defer pool.Close()
+	if err := schema.Up(ctx, pool, io.Discard); err != nil {
+		return "", fmt.Errorf("error migrating %s: %w", name, err)
+	}
+	return dbURL, nil
+}
+
+// dropDatabases drops the run's databases unless Keep, even when the run's
+// context is done.
+func (r *run) dropDatabases() {
+	if r.cfg.Keep || len(r.databases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, r.cfg.AdminURL)
+	if err != nil {
+		r.logf("error connecting to drop databases %v: %v", r.databases, err)
+		return
+	}
+	defer admin.Close(ctx)
+	for _, name := range r.databases {
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			r.logf("error dropping database %s: %v", name, err)
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tally-billing/tally/internal/proc"
+)
+
+// Bounds on the untimed steps, which run until their count is done.
+const (
+	readyTimeout   = 60 * time.Second
+	setupTimeout   = 10 * time.Minute // creating customers, posting the charges phase's events
+	loadTimeout    = 60 * time.Minute // loading LoadEvents before ingest_after_load
+	serverStopWait = 10 * time.Second
+)
+
+// apiKeyScopes are the scopes of the run's API key.
+const apiKeyScopes = "usage:write,customers:write,billing:read,admin"
+
+// tallyServer is one cmd/server process of the run, its memory sampled
+// from its start until it stops.
+type tallyServer struct {
+	proc    *proc.Proc
+	url     string
+	stopRSS func()
+}
+
+// startServer starts cmd/server as name on dbURL, bound to a free port on
+// 127.0.0.1, with TALLY_WORKERS set to Workers and env added, and waits
+// until it answers /readyz.
+func (r *run) startServer(ctx context.Context, name, dbURL string, env ...string) (*tallyServer, error) {
+	port, err := proc.FreePort()
+	if err != nil {
+		return nil, fmt.Errorf("error finding a free port for %s: %w", name, err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	p := &proc.Proc{Name: name, Bin: filepath.Join(r.binDir, "server"),
+		Env: append([]string{"DATABASE_URL=" + dbURL, fmt.Sprintf("TALLY_HTTP_ADDR=127.0.0.1:%d", port),
+			"TALLY_WORKERS=" + strconv.Itoa(r.cfg.Workers), "TALLY_SHUTDOWN_TIMEOUT=5s"}, env...),
+		LogPath: filepath.Join(r.logDir, name+".log"), Ready: url + "/readyz"}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	s := &tallyServer{proc: p, url: url, stopRSS: r.mem.watch(name, p.Pid())}
+	if err := p.WaitReady(ctx, readyTimeout); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// stop reads the server's peak memory, then stops it.
+func (s *tallyServer) stop() {
+	s.stopRSS()
+	s.proc.Stop(serverStopWait)
+}
+
+// tallyDatabase creates and migrates a fresh database for Tally servers and
+// an API key with every scope in it (with billingctl), and returns the
+// database's URL and the key's secret (the last line billingctl prints).
+func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key string, err error) {
+	if dbURL, err = r.createDatabase(ctx, suffix); err != nil {
+		return "", "", err
+	}
+	out, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + dbURL},
+		"apikey", "create", "--name", "bench", "--scopes", apiKeyScopes)
+	if err != nil {
+		return "", "", fmt.Errorf("error creating an API key: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return dbURL, strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// createCustomers creates the customers through the API, Clients at a time.
+func (r *run) createCustomers(ctx context.Context, api *apiClient, customers []string) error {
+	lr := eachOnce(ctx, r.cfg.Clients, len(customers), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
+		return 1, api.customerPut(ctx, customers[k])
+	})
+	if lr.errors > 0 || lr.units != int64(len(customers)) {
+		return fmt.Errorf("error creating %d customers (%d created, %d failed): %v", len(customers), lr.units, lr.errors, lr.firstErr)
+	}
+	r.logf("created %d customers in %s", len(customers), lr.elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// openPeriods posts one single event per customer, Clients at a time, so
+// that every customer's current period (with its charge job) exists before
+// the timed phases: opening a period happens once per customer and period,
+// and would otherwise weigh on whichever phase first touches each customer.
+func (r *run) openPeriods(ctx context.Context, api *apiClient, customers []string) (string, error) {
+	lr := eachOnce(ctx, r.cfg.Clients, len(customers), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
+		ev := event{customer: customers[k], id: "open-0", amount: 1}
+		return 1, api.do(ctx, http.MethodPost, pathEvent, appendEvent(nil, ev))
+	})
+	if lr.errors > 0 || lr.units != int64(len(customers)) {
+		return "", fmt.Errorf("error opening the periods of %d customers (%d opened, %d failed): %v", len(customers), lr.units, lr.errors, lr.firstErr)
+	}
+	r.logf("opened the current period of %d customers with one event each in %s (%s events/s)",
+		len(customers), lr.elapsed.Round(time.Millisecond), formatRate(lr.rate()))
+	return fmt.Sprintf("%d clients, single events over %d customers whose periods were opened beforehand (%s events/s while opening them)",
+		r.cfg.Clients, len(customers), formatRate(lr.rate())), nil
+}
+
+// ingest runs the ingest phases against one server (TALLY_ROLES=api)
+// started on a fresh database whose events table is empty, never restarted
+// between them.
+func (r *run) ingest(ctx context.Context) error {
+	dbURL, key, err := r.tallyDatabase(ctx, "ingest")
+	if err != nil {
+		return err
+	}
+	srv, err := r.startServer(ctx, "api-ingest", dbURL, "TALLY_ROLES=api")
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	api := newAPIClient(srv.url, key, max(r.cfg.Clients, loadClients))
+	defer api.close()
+	customers := customerIDs(r.cfg.Customers)
+	if err := r.createCustomers(ctx, api, customers); err != nil {
+		return err
+	}
+	spreadNote, err := r.openPeriods(ctx, api, customers)
+	if err != nil {
+		return err
+	}
+
+	return r.phases(
+		step{PhaseIngestSpread, func() (*Result, error) {
+			return r.ingestSingles(ctx, api, PhaseIngestSpread, "sp", customers, spreadNote)
+		}},
+		step{PhaseIngestHot, func() (*Result, error) {
+			return r.ingestSingles(ctx, api, PhaseIngestHot, "hot", customers[:1], "")
+		}},
+		step{PhaseIngestBatch, func() (*Result, error) { return r.ingestBatch(ctx, api, customers) }},
+		step{PhaseIngestAfterLoad, func() (*Result, error) {
+			note, err := r.load(ctx, api, customers)
+			if err != nil {
+				return nil, err
+			}
+			return r.ingestSingles(ctx, api, PhaseIngestAfterLoad, "al", customers, note)
+		}},
+	)
+}
+
+// ingestSingles posts single events from Clients clients for Duration, each
+// to a customer drawn at random from customers.
+func (r *run) ingestSingles(ctx context.Context, api *apiClient, phase, prefix string, customers []string, note string) (*Result, error) {
+	r.logf("%s: %d clients posting single events over %d customer(s) for %s", phase, r.cfg.Clients, len(customers), r.cfg.Duration)
+	rnds := clientRands(r.cfg.Clients, 3)
+	lr := closedLoop(ctx, r.cfg.Clients, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+		ev := event{customer: customers[rnds[c].IntN(len(customers))], id: eventID(prefix, c, seq),
+			amount: 1 + rnds[c].Int64N(1000)}
+		return 1, api.do(ctx, http.MethodPost, pathEvent, appendEvent(make([]byte, 0, 128), ev))
+	})
+	if note == "" {
+		note = fmt.Sprintf("%d clients, single events over %d customer(s)", r.cfg.Clients, len(customers))
+	}
+	return &Result{Phase: phase, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
+		Latency: newLatency(lr.latencies), Note: note}, loopError(phase, lr)
+}
+
+// ingestBatch posts batches of batchSize events spread over the customers
+// from copyWriters clients for Duration.
+func (r *run) ingestBatch(ctx context.Context, api *apiClient, customers []string) (*Result, error) {
+	r.logf("%s: %d clients posting batches of %d for %s", PhaseIngestBatch, copyWriters, batchSize, r.cfg.Duration)
+	rnds := clientRands(copyWriters, 4)
+	lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+		return batchSize, api.do(ctx, http.MethodPost, pathBatch, randomBatch(rnds[c], customers, eventID("b", c, seq), batchSize))
+	})
+	return &Result{Phase: PhaseIngestBatch, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
+		Latency: newLatency(lr.latencies), Note: fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize)}, loopError(PhaseIngestBatch, lr)
+}
+
+// load posts LoadEvents events through the batch API from loadClients
+// clients and returns a note on how long it took.
+func (r *run) load(ctx context.Context, api *apiClient, customers []string) (string, error) {
+	total := r.cfg.LoadEvents
+	batches := (total + batchSize - 1) / batchSize
+	r.logf("%s: loading %d events in %d batches from %d clients", PhaseIngestAfterLoad, total, batches, loadClients)
+	rnds := clientRands(loadClients, 5)
+	lr := eachOnce(ctx, loadClients, batches, loadTimeout, func(ctx context.Context, c, k int) (int, error) {
+		size := min(batchSize, total-k*batchSize)
+		return size, api.do(ctx, http.MethodPost, pathBatch, randomBatch(rnds[c], customers, eventID("ld", k, 0), size))
+	})
+	if err := loopError(PhaseIngestAfterLoad, lr); err != nil {
+		return "", err
+	}
+	if lr.units != int64(total) {
+		return "", &phaseError{phase: PhaseIngestAfterLoad, err: fmt.Errorf("loaded %d of %d events within %s", lr.units, total, loadTimeout)}
+	}
+	r.logf("%s: loaded %d events in %s (%s events/s)", PhaseIngestAfterLoad, total, lr.elapsed.Round(time.Millisecond), formatRate(lr.rate()))
+	return fmt.Sprintf("after loading %s events through the batch API in %s (%s events/s), same server",
+		formatCount(int64(total)), lr.elapsed.Round(100*time.Millisecond), formatRate(lr.rate())), nil
+}
+
+// eventID returns a unique event id: prefix-a-b.
+func eventID(prefix string, a, b int) string {
+	return prefix + "-" + strconv.Itoa(a) + "-" + strconv.Itoa(b)
+}
+
+// randomBatch returns the body of a batch of size events with ids
+// idPrefix-0 … idPrefix-(size-1), each to a random customer.
+func randomBatch(rnd *rand.Rand, customers []string, idPrefix string, size int) []byte {
+	events := make([]event, size)
+	for i := range events {
+		events[i] = event{customer: customers[rnd.IntN(len(customers))], id: idPrefix + "-" + strconv.Itoa(i),
+			amount: 1 + rnd.Int64N(1000)}
+	}
+	return appendBatch(make([]byte, 0, size*80), events)
+}
