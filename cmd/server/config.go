@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,11 @@ const (
 	// River's notifier takes one more out of the workers' pool for LISTEN.
 	apiDBMaxConnsDefault    = 8
 	workerDBMaxConnsDefault = 10
+
+	// queueDBMaxConns sizes the pool of River's own queries on a worker
+	// replica: its LISTEN connection, one fetch per queue, the completer
+	// and the leader's maintenance.
+	queueDBMaxConns = 8
 )
 
 // config is the server's configuration, read from the environment by
@@ -42,6 +48,7 @@ type config struct {
 	WorkerDBMaxConns     int32 // the workers' pool (TALLY_WORKER_DB_MAX_CONNS)
 	DBMaxConnsDeprecated bool  // TALLY_DB_MAX_CONNS is set: warn at start
 	HTTPAddr             string
+	DebugAddr            string // TALLY_DEBUG_ADDR: net/http/pprof, loopback only; empty: off
 	Roles                []string
 	Workers              int
 	Cadence              ledger.Cadence
@@ -108,6 +115,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	c := &config{
 		DatabaseURL:          get("DATABASE_URL", ""),
 		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
+		DebugAddr:            get("TALLY_DEBUG_ADDR", ""),
 		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
@@ -135,6 +143,9 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	}
 	c.APIDBMaxConns = int32(integer("TALLY_API_DB_MAX_CONNS", poolDefault(apiDBMaxConnsDefault), 1, 10000))
 	c.WorkerDBMaxConns = int32(integer("TALLY_WORKER_DB_MAX_CONNS", poolDefault(workerDBMaxConnsDefault), 2, 10000))
+	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) {
+		bad("TALLY_DEBUG_ADDR", "%q is not a loopback address: the profiler shows the process's internals, so bind it to 127.0.0.1:port or [::1]:port", c.DebugAddr)
+	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")
 	}
@@ -209,4 +220,17 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil
+}
+
+// loopbackAddr reports whether addr (host:port) names a loopback host.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

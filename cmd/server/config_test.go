@@ -59,6 +59,8 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": "api,foo"}},
 			{"TALLY_ROLES", map[string]string{"TALLY_ROLES": ","}},
 			{"TALLY_STRIPE_KEY_WINDOW", map[string]string{"TALLY_STRIPE_KEY_WINDOW": "1 day"}},
+			{"TALLY_DEBUG_ADDR", map[string]string{"TALLY_DEBUG_ADDR": ":6060"}},
+			{"TALLY_DEBUG_ADDR", map[string]string{"TALLY_DEBUG_ADDR": "0.0.0.0:6060"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "0"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "many"}},
 		}

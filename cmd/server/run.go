@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os/signal"
 	"syscall"
 	"time"
@@ -63,7 +64,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer workerPool.Close()
-		worker, err = jobs.NewWorkerClient(workerPool, jobs.WorkerConfig{
+		// River's own queries (fetching, completing, scheduling jobs) run on
+		// a small pool of their own, planned afresh each time.
+		queuePool, err := ledger.ConnectQueue(ctx, cfg.DatabaseURL, appNameQueue, queueDBMaxConns)
+		if err != nil {
+			return err
+		}
+		defer queuePool.Close()
+		worker, err = jobs.NewWorkerClient(queuePool, jobs.WorkerConfig{
 			Ledger: workerLedger,
 			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger,
@@ -86,6 +94,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error starting river workers: %w", err)
 		}
 		logger.InfoContext(ctx, "workers started", slog.Int("concurrency", cfg.Workers))
+	}
+
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
 	}
 
 	var srv *http.Server
@@ -139,6 +155,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const (
 	appNameAPI    = "tally-server-api"
 	appNameWorker = "tally-server-worker"
+	appNameQueue  = "tally-server-queue"
 )
 
 // connectLedger opens a pool named appName of at most maxConns connections
@@ -213,4 +230,24 @@ func isDatabaseError(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &pgErr) || errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)
+}
+
+// serveDebug serves net/http/pprof's handlers on addr (TALLY_DEBUG_ADDR, a
+// loopback address) until the returned function is called: `go tool pprof
+// http://ADDR/debug/pprof/profile?seconds=10` profiles a running replica.
+func serveDebug(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening on TALLY_DEBUG_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("profiler listening", slog.String("addr", ln.Addr().String()))
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
 }

@@ -115,13 +115,17 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	}
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)
-	client, err := jobs.NewWorkerClient(b.Pool, config)
+	// River on a pool of its own, as the server runs it.
+	queuePool, err := ledger.ConnectQueue(ctx, b.URL, "tally-test-queue", 8)
+	require.NoError(t, err)
+	client, err := jobs.NewWorkerClient(queuePool, config)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.Stop(stopCtx)
+		queuePool.Close()
 	})
 	return client
 }

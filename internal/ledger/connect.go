@@ -13,19 +13,31 @@ import (
 // Connect opens a connection pool to databaseURL configured the way every
 // Tally process uses it: timestamps scan as UTC, and each connection names
 // its application so operators can tell Tally's sessions apart in
-// pg_stat_activity, and every statement is planned for the tables as they
-// are when it runs (plan_cache_mode=force_custom_plan). maxConns of zero
-// keeps pgx's default.
+// pg_stat_activity. maxConns of zero keeps pgx's default.
 //
-// Why custom plans: pgx prepares each statement once per connection, and
-// after five runs Postgres may switch it to a generic plan that it keeps for
-// the life of the connection. A generic plan chosen while a table was nearly
-// empty (a new database, or no ANALYZE yet: autovacuum may be off or behind)
-// can scan the whole table for ever after; River's scheduling query did, and
-// took seconds per run once a thousand charge jobs were due. A custom plan
-// costs a few tens of microseconds of planning per statement and always
-// sees the table's current size.
+// Statements keep Postgres's default plan caching: pgx prepares each one per
+// connection and after five runs Postgres may keep a generic plan for it.
+// Tally's own statements are written so that any plan is an index lookup
+// (one row by key, found by the key alone); those whose best plan depends
+// on sizes (the batch joins over unnest) run unprepared, with
+// pgx.QueryExecModeExec, and are planned for the tables as they are.
 func Connect(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
+	return connect(ctx, databaseURL, applicationName, maxConns, false)
+}
+
+// ConnectQueue opens a pool as Connect does, for River's own queries, which
+// are planned for the tables as they are each time they run
+// (plan_cache_mode=force_custom_plan). River's scheduling query, given a
+// generic plan while river_job was nearly empty (a new database; no ANALYZE
+// yet, autovacuum off or behind), scanned the table for each due job and
+// took seconds per run once a thousand charge jobs were due. River runs a
+// few statements per batch of jobs, so the planning costs little there; on
+// Tally's per-event statement it would cost 40% of ingest.
+func ConnectQueue(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
+	return connect(ctx, databaseURL, applicationName, maxConns, true)
+}
+
+func connect(ctx context.Context, databaseURL, applicationName string, maxConns int32, customPlans bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("error parsing database URL: %w", err)
@@ -33,7 +45,9 @@ func Connect(ctx context.Context, databaseURL, applicationName string, maxConns 
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	if customPlans {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	if applicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
 	}

@@ -453,17 +453,21 @@ RETURNING `+usageEventColumns, pgx.QueryExecModeExec,
 // none), and its (customer, event_id) is new. The period row is read FOR KEY
 // SHARE in the same statement, so a concurrent close (FOR UPDATE) either
 // waits for this event or, once it committed, makes the statement insert
-// nothing (Postgres re-checks the row's status under the lock).
+// nothing: the lock returns the row as the close left it. The period is
+// found by its primary key alone and its status checked after the lock, so
+// the plan is an index lookup of one row whatever the statistics say (with
+// status and closes_at in the lookup, a planner without statistics picks the
+// partial index of open periods and filters every open period).
 const usageEventInsertOpenSQL = `
-WITH p AS (
-  SELECT currency FROM billing.periods
-  WHERE customer_id = $1 AND period = $3 AND status = 'open' AND closes_at > $10
+WITH p AS MATERIALIZED (
+  SELECT currency, status, closes_at FROM billing.periods
+  WHERE customer_id = $1 AND period = $3
   FOR KEY SHARE
 )
 INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
                                   metric, properties, occurred_at, received_at, payload_hash)
 SELECT $1, $2, $3, $4, p.currency, $6, $7, $8, $9, $10, $11 FROM p
-WHERE $5::text = '' OR $5::text = p.currency
+WHERE p.status = 'open' AND p.closes_at > $10 AND ($5::text = '' OR $5::text = p.currency)
 ON CONFLICT (customer_id, event_id) DO NOTHING
 RETURNING ` + usageEventColumns
 
