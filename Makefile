@@ -17,7 +17,7 @@ IMAGE       ?= tally
 # FUZZTIME in `make fuzz`, FUZZTIME_TEST in `make test`. New inputs that
 # crash land in internal/api/testdata/fuzz/<target>/: commit them with the fix.
 FUZZ_PKG         := ./internal/api/
-FUZZ_TARGETS     := FuzzUsageEventDecode FuzzUsageEventBatchDecode FuzzStripeWebhook
+FUZZ_TARGETS     := FuzzUsageEventDecode FuzzUsageEventBatchDecode FuzzStripeWebhook FuzzObjectKeys
 FUZZTIME         ?= 60s
 FUZZTIME_TEST    ?= 3s
 FUZZMINIMIZETIME ?= 10s

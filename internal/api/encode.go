@@ -10,7 +10,10 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // Body limits.
@@ -78,6 +81,11 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 // checkKeys requires raw to be a JSON object whose keys are all in allowed,
 // spelled exactly, each once.
 func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
+	if keys, ok := objectKeys(raw); ok && keysAllowed(keys, allowed) {
+		return nil
+	}
+	// Invalid JSON, not an object, or a key refused: read it again token by
+	// token to name every problem.
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -122,8 +130,104 @@ func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
 	return nil
 }
 
+// keysAllowed reports whether every key is in allowed, and none repeats.
+func keysAllowed(keys []string, allowed map[string]bool) bool {
+	for i, k := range keys {
+		if !allowed[k] || slices.Contains(keys[:i], k) {
+			return false
+		}
+	}
+	return true
+}
+
+// objectKeys returns the keys of the object raw holds, in order, when raw is
+// valid JSON holding one object; ok is false otherwise. It is checkKeys'
+// fast path: no allocation but the keys.
+func objectKeys(raw []byte) (keys []string, ok bool) {
+	if !json.Valid(raw) {
+		return nil, false
+	}
+	i := skipSpace(raw, 0)
+	if raw[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(raw, i+1)
+	for raw[i] != '}' {
+		if raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+		end := stringEnd(raw, i)
+		key := string(raw[i+1 : end-1])
+		if strings.ContainsFunc(key, func(r rune) bool { return r == '\\' || r >= utf8.RuneSelf }) {
+			// Escapes and non-ASCII as encoding/json reads them (invalid
+			// UTF-8 becomes U+FFFD).
+			if err := json.Unmarshal(raw[i:end], &key); err != nil {
+				return nil, false
+			}
+		}
+		keys = append(keys, key)
+		i = skipSpace(raw, end)                // at ':'
+		i = valueEnd(raw, skipSpace(raw, i+1)) // after the value
+		i = skipSpace(raw, i)
+	}
+	return keys, true
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index after the string of valid JSON that opens at
+// i.
+func stringEnd(raw []byte, i int) int {
+	for i++; raw[i] != '"'; i++ {
+		if raw[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// valueEnd returns the index after the value of valid JSON that starts at
+// i.
+func valueEnd(raw []byte, i int) int {
+	switch raw[i] {
+	case '"':
+		return stringEnd(raw, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch raw[i] {
+			case '"':
+				i = stringEnd(raw, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(raw) && !strings.ContainsRune(",}] \t\r\n", rune(raw[i])) {
+		i++
+	}
+	return i
+}
+
+// fieldNames caches jsonFieldNames by type.
+var fieldNames sync.Map // reflect.Type → map[string]bool
+
 // jsonFieldNames returns the JSON names of a struct type's fields.
 func jsonFieldNames(t reflect.Type) map[string]bool {
+	if names, ok := fieldNames.Load(t); ok {
+		return names.(map[string]bool)
+	}
 	names := map[string]bool{}
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -136,6 +240,7 @@ func jsonFieldNames(t reflect.Type) map[string]bool {
 		}
 		names[name] = true
 	}
+	fieldNames.Store(t, names)
 	return names
 }
 

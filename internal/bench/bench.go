@@ -7,7 +7,8 @@
 // The phases, in order:
 //
 //	raw_sql            clients × (one event row + one river_job-shaped outbox row per
-//	                   transaction, as one pgx.Batch), on copies of Tally's tables
+//	                   transaction: BEGIN, 2 INSERTs, COMMIT), on copies of Tally's tables
+//	raw_sql_pipelined  the same, the two INSERTs pipelined in one round trip (pgx.Batch)
 //	raw_copy           2 writers × CopyFrom of 1,000 event rows per transaction
 //	river_noop         an in-process River client with a no-op worker: N jobs inserted,
 //	                   then worked by Workers workers
@@ -49,6 +50,7 @@ import (
 // Phase names, in the order they run.
 const (
 	PhaseRawSQL          = "raw_sql"
+	PhaseRawSQLPipelined = "raw_sql_pipelined"
 	PhaseRawCopy         = "raw_copy"
 	PhaseRiverNoop       = "river_noop"
 	PhaseIngestSpread    = "ingest_spread"
@@ -60,7 +62,7 @@ const (
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
-	PhaseRawSQL, PhaseRawCopy, PhaseRiverNoop,
+	PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop,
 	PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
 	PhaseCharges,
 }
@@ -101,6 +103,13 @@ type Config struct {
 	LoadEvents int
 	// Customers is the number of customers events are spread over.
 	Customers int
+	// Preload is how many events of past, closed periods are written
+	// straight into each Tally database before its server starts, to
+	// measure how costs grow with the ledger's size (docs/scaling.md).
+	Preload int
+	// WorkerReplicas is the number of worker replicas of the charges phase:
+	// one api,worker server and WorkerReplicas-1 worker-only servers.
+	WorkerReplicas int
 	// Only, when not empty, names the phases to run; the others are skipped
 	// and the targets that need them are not judged.
 	Only []string
@@ -116,7 +125,7 @@ type Config struct {
 // DefaultConfig is the full run of make bench.
 func DefaultConfig() Config {
 	return Config{Duration: 10 * time.Second, Clients: 16, Workers: workersTally, Charges: 1000,
-		LoadEvents: 1_000_000, Customers: 1000}
+		LoadEvents: 1_000_000, Customers: 1000, WorkerReplicas: 1}
 }
 
 // ShortConfig is a quick run: a few seconds a phase, small counts, nothing
@@ -138,11 +147,14 @@ func (c *Config) validate() error {
 	if c.RepoDir == "" {
 		errs = append(errs, errors.New("no repository directory"))
 	}
+	if c.Preload < 0 {
+		errs = append(errs, fmt.Errorf("preload %d: must not be negative", c.Preload))
+	}
 	if c.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("duration %s: must be positive", c.Duration))
 	}
 	for name, v := range map[string]int{"clients": c.Clients, "workers": c.Workers, "charges": c.Charges,
-		"load-events": c.LoadEvents, "customers": c.Customers} {
+		"load-events": c.LoadEvents, "customers": c.Customers, "worker-replicas": c.WorkerReplicas} {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
 		}
@@ -228,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		phases []string
 		do     func(context.Context) error
 	}{
-		{[]string{PhaseRawSQL, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
+		{[]string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
 		{[]string{PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
 		{[]string{PhaseCharges}, r.charges},
 	}

@@ -84,6 +84,14 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer srv.stop()
+	for i := 1; i < r.cfg.WorkerReplicas; i++ {
+		w, err := r.startServer(ctx, fmt.Sprintf("charges-worker-%d", i), dbURL, "TALLY_ROLES=worker", "TALLY_PERIOD=hour",
+			"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
+		if err != nil {
+			return nil, err
+		}
+		defer w.stop()
+	}
 
 	if err := r.postChargeEvents(ctx, srv.url, key, customers, prevEnd.Add(-30*time.Minute), closeAt); err != nil {
 		return nil, err
@@ -106,8 +114,8 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	}
 	elapsed := st.lastSucceeded.Sub(closeAt)
 	res := &Result{Phase: PhaseCharges, Unit: "charges/s", Count: int64(n), Elapsed: elapsed,
-		Note: fmt.Sprintf("%d workers; from the close: first charge row at +%s, last success at +%s",
-			r.cfg.Workers, st.firstCreated.Sub(closeAt).Round(time.Millisecond), elapsed.Round(time.Millisecond))}
+		Note: fmt.Sprintf("%d worker replica(s) × %d workers; from the close: first charge row at +%s, last success at +%s",
+			r.cfg.WorkerReplicas, r.cfg.Workers, st.firstCreated.Sub(closeAt).Round(time.Millisecond), elapsed.Round(time.Millisecond))}
 	if err := verifyCharges(ctx, simURL, n, st); err != nil {
 		return res, &phaseError{phase: PhaseCharges, err: err}
 	}

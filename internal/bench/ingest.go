@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tally-billing/tally/internal/proc"
 )
 
@@ -67,6 +69,9 @@ func (s *tallyServer) stop() {
 // database's URL and the key's secret (the last line billingctl prints).
 func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key string, err error) {
 	if dbURL, err = r.createDatabase(ctx, suffix); err != nil {
+		return "", "", err
+	}
+	if err := r.preload(ctx, dbURL); err != nil {
 		return "", "", err
 	}
 	out, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + dbURL},
@@ -215,4 +220,49 @@ func randomBatch(rnd *rand.Rand, customers []string, idPrefix string, size int) 
 			amount: 1 + rnd.Int64N(1000)}
 	}
 	return appendBatch(make([]byte, 0, size*80), events)
+}
+
+// preloadCustomers and preloadMonths shape the preloaded history: events of
+// 2025's twelve monthly periods, all closed, of customers of their own.
+const (
+	preloadCustomers = 10_000
+	preloadMonths    = 12
+)
+
+// preload writes Preload events of past, closed periods into dbURL with
+// set-based SQL (customers pre-N, periods 2025-01 to 2025-12), then
+// checkpoints, so the phases that follow run on a ledger of that size.
+func (r *run) preload(ctx context.Context, dbURL string) error {
+	if r.cfg.Preload == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("error connecting to preload: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	customers := min(preloadCustomers, max(1, r.cfg.Preload/preloadMonths))
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{{`
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+SELECT 'pre-' || i, 'cus_pre' || i, 'usd', now(), now() FROM generate_series(0, $1 - 1) i`, []any{customers}}, {`
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, status, closed_at, created_at)
+SELECT 'pre-' || i, to_char(m, 'YYYY-MM'), 'usd', m, m + interval '1 month', m + interval '1 month 1 hour',
+       'closed', m + interval '1 month 1 hour', now()
+FROM generate_series(0, $1 - 1) i, generate_series(timestamptz '2025-01-01 00:00Z', timestamptz '2025-12-01 00:00Z', interval '1 month') m`, []any{customers}}, {`
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
+SELECT 'pre-' || (g % $1), 'pre-' || g, to_char(m, 'YYYY-MM'), 1 + g % 1000, 'usd', m, m, sha256(int8send(g))
+FROM generate_series(0, $2 - 1) g,
+     LATERAL (SELECT timestamptz '2025-01-01 00:00Z' + make_interval(months => (g / $1 % 12)::int) AS m) p`,
+		[]any{customers, r.cfg.Preload}}, {`CHECKPOINT`, nil},
+	} {
+		if _, err := conn.Exec(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("error preloading %d events: %w", r.cfg.Preload, err)
+		}
+	}
+	r.logf("preloaded %d events of %d customers' 2025 periods in %s", r.cfg.Preload, customers, time.Since(t0).Round(time.Second))
+	return nil
 }

@@ -64,6 +64,13 @@ func (c *crashOnce) done() bool {
 	return c.crashed
 }
 
+// waitCrashed waits until the run crashed at its crash point, so that what
+// it committed before is visible to what the test reads next.
+func (b *testBundle) waitCrashed(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, b.crash.done, 30*time.Second, 10*time.Millisecond, "the run never reached its crash point")
+}
+
 // fastRetry retries a failed job after 100 ms instead of River's backoff.
 type fastRetry struct{}
 
@@ -250,7 +257,8 @@ func TestChargePeriodWorker(t *testing.T) {
 		total := b.customerWithEvents(t, ctx, "acme", 100, 250)
 		b.closeNow(t, ctx, "acme")
 		// The dead run's lease blocks every retry until it expires.
-		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.LeaseOwner != nil })
+		b.waitCrashed(t)
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.LeaseOwner != nil })
 		require.Empty(t, b.paymentIntents("cus_acme"))
 		b.expireLeases()
 
@@ -270,7 +278,8 @@ func TestChargePeriodWorker(t *testing.T) {
 		b.customerWithEvents(t, ctx, "acme", 100, 250)
 		b.closeNow(t, ctx, "acme")
 		// The dead run found nothing on Stripe and committed its key and attempt.
-		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.LeaseOwner != nil })
+		b.waitCrashed(t)
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.LeaseOwner != nil })
 		require.NotNil(t, c.GenerationFirstAttemptedAt)
 		require.Empty(t, b.paymentIntents("cus_acme"))
 		b.expireLeases()

@@ -66,7 +66,8 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		b.crash.arm(jobs.CrashAfterLookup)
 		b.pastKeyWindow()
 		// The run dies with the next generation committed and its lease held.
-		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return b.crash.done() && c.KeyGeneration == 1 })
+		b.waitCrashed(t)
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.KeyGeneration == 1 })
 		require.Equal(t, ledger.ChargePending, c.Status)
 		require.Empty(t, b.paymentIntents("cus_acme"))
 		b.expireLeases()

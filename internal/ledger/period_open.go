@@ -76,8 +76,8 @@ type periodState struct {
 }
 
 // periodsLockTx locks FOR KEY SHARE, in (customer, period) byte order, the
-// periods among keys that exist, and returns them. It runs unprepared
-// (QueryExecModeExec) so Postgres plans it for the table's size of the day,
+// periods among keys that exist, and returns them. It runs planFresh, so
+// Postgres plans it for the table's size of the day,
 // never with a plan cached while the table was empty.
 func periodsLockTx(ctx context.Context, tx pgx.Tx, keys []periodKey) (map[periodKey]*periodState, error) {
 	customers := make([]string, len(keys))
@@ -90,7 +90,7 @@ SELECT p.customer_id, p.period, p.status, p.currency, p.closes_at
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
 JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
 ORDER BY p.customer_id COLLATE "C", p.period COLLATE "C"
-FOR KEY SHARE OF p`, pgx.QueryExecModeExec, customers, periods)
+FOR KEY SHARE OF p`, planFresh, customers, periods)
 	if err != nil {
 		return nil, fmt.Errorf("error locking %d periods: %w", len(keys), err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -249,91 +250,89 @@ func (l *Ledger) recordBatch(ctx context.Context, params []UsageEventParams, com
 // errRollback makes withTx roll back a transaction whose items failed.
 var errRollback = errors.New("rollback")
 
-// recordTx records events (a batch of n, by index) in tx in three steps that keep lock order stable
-// across concurrent batches (periods sorted, then events sorted), so two
-// batches never deadlock each other:
-//  1. find events already stored (replays and conflicts);
-//  2. for each (customer, period) of the new events, in sorted order: check
-//     the customer, create the period and its charge job when missing, and
-//     lock the period FOR KEY SHARE, requiring it open;
-//  3. insert the new events in (customer, event_id) order with ON CONFLICT DO
-//     NOTHING; a conflict (a concurrent insert, or a duplicate in this batch)
-//     is compared by payload hash.
+// recordTx records events (a batch of n, by index) in tx in three steps that
+// keep lock order stable across concurrent batches (periods sorted, then
+// events sorted), so two batches never deadlock each other:
+//  1. for each (customer, period), in sorted order: check the customer,
+//     create the period and its charge job when missing, and lock the
+//     period FOR KEY SHARE, requiring it open and in the event's currency;
+//  2. insert the events of open periods in (customer, event_id) order, in
+//     one statement, with ON CONFLICT DO NOTHING;
+//  3. look up every event not inserted — a conflict with a stored row or an
+//     earlier item, or one whose period refused it — and answer it as the
+//     stored event's replay or idempotency conflict when one is stored (an
+//     exact re-post is a replay even once its period closed), else with the
+//     period's error.
 func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, now time.Time, n int, events []*preparedEvent) ([]*UsageEventResult, map[int]error, error) {
 	results := make([]*UsageEventResult, n)
 	itemErrs := map[int]error{}
 
-	stored, err := usageEventsFind(ctx, tx, events)
-	if err != nil {
-		return nil, nil, err
-	}
-	var fresh []*preparedEvent
-	for _, ev := range events {
-		if s, ok := stored[eventKey{ev.CustomerID, ev.EventID}]; ok {
-			results[ev.index], itemErrs[ev.index] = compareStored(ev, s)
-			continue
-		}
-		fresh = append(fresh, ev)
-	}
-
-	sort.SliceStable(fresh, func(i, j int) bool {
-		a, b := fresh[i], fresh[j]
+	sorted := slices.Clone(events)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
 		if a.CustomerID != b.CustomerID {
 			return a.CustomerID < b.CustomerID
 		}
 		return a.EventID < b.EventID
 	})
 
-	periodErrs, err := l.periodsOpenTx(ctx, tx, now, fresh)
+	periodErrs, err := l.periodsOpenTx(ctx, tx, now, sorted)
 	if err != nil {
 		return nil, nil, err
 	}
-
-	var insert []*preparedEvent
-	for _, ev := range fresh {
+	var insert, unsure []*preparedEvent
+	refused := map[*preparedEvent]error{} // the error of an event not stored
+	for _, ev := range sorted {
 		if perr, ok := periodErrs[periodKey{ev.CustomerID, ev.periodBound.Label}]; ok {
-			itemErrs[ev.index] = perr
+			refused[ev] = perr
+			unsure = append(unsure, ev)
 			continue
 		}
 		if ev.Currency != "" && ev.Currency != ev.periodCurrency {
-			itemErrs[ev.index] = &ValidationError{Fields: map[string]string{"currency": fmt.Sprintf(
+			refused[ev] = &ValidationError{Fields: map[string]string{"currency": fmt.Sprintf(
 				"must be %q, the currency of period %s of customer %s; send %q or omit currency",
 				ev.periodCurrency, ev.periodBound.Label, ev.CustomerID, ev.periodCurrency)}}
+			unsure = append(unsure, ev)
 			continue
 		}
 		insert = append(insert, ev)
 	}
+
 	inserted := map[eventKey]*UsageEvent{}
 	if len(insert) > 0 {
 		if inserted, err = usageEventsInsert(ctx, tx, now, insert); err != nil {
 			return nil, nil, err
 		}
 	}
-	// An event not inserted collided with a row stored since step 1, or with
-	// an earlier item of this batch: it is a replay or a conflict of that row.
-	var collided []*preparedEvent
 	for _, ev := range insert {
 		k := eventKey{ev.CustomerID, ev.EventID}
 		if e, ok := inserted[k]; ok {
 			results[ev.index] = &UsageEventResult{Event: e}
-			delete(inserted, k)
+			delete(inserted, k) // a later item with the same key collided with this one
 			continue
 		}
-		collided = append(collided, ev)
+		unsure = append(unsure, ev)
 	}
-	if len(collided) > 0 {
-		stored, err := usageEventsFind(ctx, tx, collided)
+	if len(unsure) == 0 {
+		return results, itemErrs, nil
+	}
+
+	stored, err := usageEventsFind(ctx, tx, unsure)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ev := range unsure {
+		s, ok := stored[eventKey{ev.CustomerID, ev.EventID}]
+		if refusal := refused[ev]; !ok && refusal != nil {
+			itemErrs[ev.index] = refusal
+			continue
+		}
+		res, err := compareStored(ev, s)
 		if err != nil {
-			return nil, nil, err
+			itemErrs[ev.index] = err
+			continue
 		}
-		for _, ev := range collided {
-			results[ev.index], itemErrs[ev.index] = compareStored(ev, stored[eventKey{ev.CustomerID, ev.EventID}])
-		}
-	}
-	for i, err := range itemErrs {
-		if err == nil {
-			delete(itemErrs, i)
-		}
+		results[ev.index] = res
 	}
 	return results, itemErrs, nil
 }
@@ -385,7 +384,7 @@ func usageEventsFind(ctx context.Context, tx pgx.Tx, events []*preparedEvent) (m
 	rows, err := tx.Query(ctx, `
 SELECT `+usageEventColumns+`
 FROM billing.usage_events
-WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, pgx.QueryExecModeExec, customers, ids)
+WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, planFresh, customers, ids)
 	if err != nil {
 		return nil, fmt.Errorf("error finding stored events: %w", err)
 	}
@@ -403,7 +402,7 @@ WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 // usageEventsInsert inserts events, in their order, in one statement, and
 // returns those inserted; an event whose (customer, event_id) is already
 // taken (by a stored row, or by an earlier item) is left out. It runs
-// unprepared (QueryExecModeExec) so its plan always fits the table's size.
+// planFresh, so its plan always fits the table's size.
 func usageEventsInsert(ctx context.Context, tx pgx.Tx, now time.Time, events []*preparedEvent) (map[eventKey]*UsageEvent, error) {
 	n := len(events)
 	var (
@@ -432,7 +431,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bi
                            properties, occurred_at, payload_hash, n)
 ORDER BY n
 ON CONFLICT (customer_id, event_id) DO NOTHING
-RETURNING `+usageEventColumns, pgx.QueryExecModeExec,
+RETURNING `+usageEventColumns, planFresh,
 		customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %d events: %w", n, err)

@@ -237,10 +237,23 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 		_, err = b.Ledger.UsageEventRecord(ctx, event("e2", 100))
 		requireConflict(t, err, ledger.ConflictPeriodClosed)
 
-		// A replay of an acknowledged event still answers as a replay.
+		// A replay of an acknowledged event still answers as a replay, and
+		// a different payload under its id as a conflict, alone or in a batch.
 		res, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		require.True(t, res.Replay)
+		_, err = b.Ledger.UsageEventRecord(ctx, event("e1", 999))
+		requireConflict(t, err, ledger.ConflictIdempotency)
+		results, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e1", 100)})
+		require.NoError(t, err)
+		require.True(t, results[0].Replay)
+		require.True(t, results[1].Replay)
+		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e3", 100), event("e1", 5)})
+		var be *ledger.BatchError
+		require.ErrorAs(t, err, &be)
+		require.Len(t, be.Items, 2)
+		requireConflict(t, be.Items[1], ledger.ConflictPeriodClosed)
+		requireConflict(t, be.Items[2], ledger.ConflictIdempotency)
 		require.Equal(t, int64(1), b.eventCount(t))
 	})
 
