@@ -79,6 +79,10 @@ const (
 type Config struct {
 	// AdminURL is a postgres:// URL of a role allowed to CREATE DATABASE.
 	AdminURL string
+	// ServerRepoDir, when set, is another checkout of Tally (git worktree
+	// add DIR COMMIT) that the server, stripesim, billingctl and migrate are
+	// built from, to measure that commit with this bench. Default RepoDir.
+	ServerRepoDir string
 	// RepoDir is the module root: the binaries are built from it, and git
 	// describes the commit measured.
 	RepoDir string
@@ -108,7 +112,7 @@ type Config struct {
 	// measure how costs grow with the ledger's size (docs/scaling.md).
 	Preload int
 	// WorkerReplicas is the number of worker replicas of the charges phase:
-	// one api,worker server and WorkerReplicas-1 worker-only servers.
+	// api,worker servers on one database, the events posted to the first.
 	WorkerReplicas int
 	// Only, when not empty, names the phases to run; the others are skipped
 	// and the targets that need them are not judged.
@@ -232,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 
 	if cfg.runsAny(PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseCharges) {
 		r.logf("building server, stripesim, billingctl and migrate into %s", r.binDir)
-		if err := proc.Build(ctx, cfg.RepoDir, r.binDir); err != nil {
+		if err := proc.Build(ctx, cfg.serverRepo(), r.binDir); err != nil {
 			return nil, fmt.Errorf("error building the commands: %w", err)
 		}
 	}
@@ -321,8 +325,27 @@ func loopError(phase string, lr loopResult) error {
 }
 
 // createDatabase creates a fresh database named after the run and suffix,
-// migrates it, and returns its URL.
+// migrates it with this bench's own migrations (the baselines copy Tally's
+// tables), and returns its URL.
 func (r *run) createDatabase(ctx context.Context, suffix string) (string, error) {
+	dbURL, err := r.createEmptyDatabase(ctx, suffix)
+	if err != nil {
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return "", fmt.Errorf("error connecting to %s: %w", dbURL, err)
+	}
+	defer pool.Close()
+	if err := schema.Up(ctx, pool, io.Discard); err != nil {
+		return "", fmt.Errorf("error migrating %s: %w", dbURL, err)
+	}
+	return dbURL, nil
+}
+
+// createEmptyDatabase creates a fresh database named after the run and
+// suffix and returns its URL.
+func (r *run) createEmptyDatabase(ctx context.Context, suffix string) (string, error) {
 	name := fmt.Sprintf("tally_bench_%s_%s", r.id, suffix)
 	r.logf("creating and migrating database %s", name)
 	admin, err := pgx.Connect(ctx, r.cfg.AdminURL)
@@ -337,17 +360,15 @@ func (r *run) createDatabase(ctx context.Context, suffix string) (string, error)
 	r.databases = append(r.databases, name)
 	u, _ := url.Parse(r.cfg.AdminURL) // validated
 	u.Path = "/" + name
-	dbURL := u.String()
+	return u.String(), nil
+}
 
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return "", fmt.Errorf("error connecting to %s: %w", name, err)
+// serverRepo is the checkout the Tally binaries are built from.
+func (c *Config) serverRepo() string {
+	if c.ServerRepoDir != "" {
+		return c.ServerRepoDir
 	}
-	defer pool.Close()
-	if err := schema.Up(ctx, pool, io.Discard); err != nil {
-		return "", fmt.Errorf("error migrating %s: %w", name, err)
-	}
-	return dbURL, nil
+	return c.RepoDir
 }
 
 // dropDatabases drops the run's databases unless Keep, even when the run's

@@ -85,7 +85,8 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	}
 	defer srv.stop()
 	for i := 1; i < r.cfg.WorkerReplicas; i++ {
-		w, err := r.startServer(ctx, fmt.Sprintf("charges-worker-%d", i), dbURL, "TALLY_ROLES=worker", "TALLY_PERIOD=hour",
+		// api,worker so that /readyz answers; nothing posts to its API.
+		w, err := r.startServer(ctx, fmt.Sprintf("charges-%d", i+1), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
 			"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
 		if err != nil {
 			return nil, err

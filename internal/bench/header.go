@@ -33,7 +33,7 @@ func describe(ctx context.Context, cfg Config) (Header, error) {
 		}
 	}
 	h.PGSettings = fmt.Sprintf("fsync %s, synchronous_commit %s", fsync, syncCommit)
-	h.Commit = gitCommit(ctx, cfg.RepoDir)
+	h.Commit = gitCommit(ctx, cfg.serverRepo())
 	return h, nil
 }
 

@@ -68,8 +68,13 @@ func (s *tallyServer) stop() {
 // an API key with every scope in it (with billingctl), and returns the
 // database's URL and the key's secret (the last line billingctl prints).
 func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key string, err error) {
-	if dbURL, err = r.createDatabase(ctx, suffix); err != nil {
+	// Migrated by the built migrate command: the server's own migrations,
+	// whichever checkout it was built from.
+	if dbURL, err = r.createEmptyDatabase(ctx, suffix); err != nil {
 		return "", "", err
+	}
+	if _, err := proc.RunTool(ctx, filepath.Join(r.binDir, "migrate"), []string{"DATABASE_URL=" + dbURL}, "up"); err != nil {
+		return "", "", fmt.Errorf("error migrating: %w", err)
 	}
 	if err := r.preload(ctx, dbURL); err != nil {
 		return "", "", err

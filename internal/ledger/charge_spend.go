@@ -180,13 +180,17 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (Held
 	return "", "", c, err
 }
 
+// chargeHistorySQL reads a customer's last succeeded charges, but one, from
+// charges_customer_succeeded_idx.
+const chargeHistorySQL = `
+SELECT amount_cents FROM billing.charges
+WHERE customer_id = $1 AND status = 'succeeded' AND id <> $2
+ORDER BY period_starts_at DESC, id DESC LIMIT $3`
+
 // chargeMedianTx returns the median amount of the customer's last
 // anomalyHistory succeeded charges before c, and how many there were.
 func chargeMedianTx(ctx context.Context, tx pgx.Tx, c *Charge) (int64, int, error) {
-	rows, err := tx.Query(ctx, `
-SELECT amount_cents FROM billing.charges
-WHERE customer_id = $1 AND status = 'succeeded' AND id <> $2
-ORDER BY period_starts_at DESC, id DESC LIMIT $3`, c.CustomerID, c.ID, anomalyHistory)
+	rows, err := tx.Query(ctx, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
 	if err != nil {
 		return 0, 0, fmt.Errorf("error reading the customer's charges: %w", err)
 	}

@@ -1,4 +1,7 @@
 package ledger
 
-// UsageEventInsertOpenSQL is the single-event statement, for plan tests.
-const UsageEventInsertOpenSQL = usageEventInsertOpenSQL
+// Statements whose plans tests hold to an index.
+const (
+	UsageEventInsertOpenSQL = usageEventInsertOpenSQL
+	ChargeHistorySQL        = chargeHistorySQL
+)

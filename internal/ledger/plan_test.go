@@ -1,0 +1,85 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/ledgertest"
+)
+
+// requirePlans prepares query on b's database and requires its plan, custom
+// and generic (on tables never analyzed, as autovacuum may leave them), to
+// use the index want and none of avoid.
+func requirePlans(t *testing.T, b *ledgertest.Bundle, query, execute, want string, avoid ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := b.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `PREPARE q AS `+query)
+	require.NoError(t, err)
+	defer conn.Exec(ctx, `DEALLOCATE q`) //nolint:errcheck
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE q`+execute)
+		require.NoError(t, err)
+		var plan []string
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan = append(plan, line)
+		}
+		require.NoError(t, rows.Err())
+		text := strings.Join(plan, "\n")
+		require.Contains(t, text, want, "%s:\n%s", mode, text)
+		for _, index := range avoid {
+			require.NotContains(t, text, index, "%s:\n%s", mode, text)
+		}
+	}
+	_, err = conn.Exec(ctx, `RESET plan_cache_mode`)
+	require.NoError(t, err)
+}
+
+// The hot statements find their rows by key under every plan Postgres may
+// choose, so their cost never grows with the tables.
+func TestPlans(t *testing.T) {
+	ctx := context.Background()
+	b := ledgertest.New(t, ledger.Config{})
+	var events []ledger.UsageEventParams
+	for i := range 500 {
+		id := fmt.Sprintf("cust-%04d", i)
+		b.Customer(t, id)
+		events = append(events, ledger.UsageEventParams{CustomerID: id, EventID: "first", AmountCents: 100})
+	}
+	_, err := b.Ledger.UsageEventRecordBatch(ctx, events) // 500 open periods
+	require.NoError(t, err)
+
+	t.Run("ChargeHistory", func(t *testing.T) {
+		// 500 succeeded charges of other customers: the guard must not read them.
+		_, err := b.Pool.Exec(ctx, `
+INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count, stripe_customer_id,
+                             charge_key, idempotency_key, period_starts_at, created_at, updated_at)
+SELECT p.customer_id, p.period, 'pending', 100, 'usd', 1, 'cus_' || p.customer_id,
+       'k:' || p.customer_id, 'i:' || p.customer_id, p.starts_at, now(), now()
+FROM billing.periods p`)
+		require.NoError(t, err)
+		_, err = b.Pool.Exec(ctx, `UPDATE billing.charges SET status = 'succeeded', stripe_payment_intent_id = 'pi_' || id`)
+		require.NoError(t, err)
+		requirePlans(t, b, ledger.ChargeHistorySQL, `('cust-0042', 1, 6)`, "charges_customer_succeeded_idx", "charges_status_idx")
+	})
+
+	t.Run("UsageEventInsertOpen", func(t *testing.T) {
+		// With the period's status and close time in the lookup, the planner
+		// picked the partial index of open periods and filtered every one.
+		now := ledgertest.ClockStart.Format(time.RFC3339)
+		requirePlans(t, b, ledger.UsageEventInsertOpenSQL, fmt.Sprintf(`('cust-0042', 'e1', '2026-11', 100, '', NULL, NULL,
+  '{}', '%s', '%s', '\x%s')`, now, now, strings.Repeat("00", 32)), "periods_pkey", "periods_open_closes_at_idx")
+	})
+}
