@@ -155,6 +155,9 @@ func (r *run) ingest(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
+			if err := r.checkpoint(ctx); err != nil {
+				return nil, err
+			}
 			return r.ingestSingles(ctx, api, PhaseIngestAfterLoad, "al", customers, note)
 		}},
 	)

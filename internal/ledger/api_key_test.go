@@ -16,7 +16,7 @@ import (
 func TestAPIKeyAuthenticateCache(t *testing.T) {
 	ctx := context.Background()
 	b := ledgertest.New(t, ledger.Config{})
-	l, counter := countingLedger(t, b)
+	l, counter := countingLedger(t, b, ledger.Config{})
 	other := b.Ledger // another replica, or billingctl
 
 	secret, _, err := other.APIKeyCreate(ctx, "cached", []ledger.Scope{ledger.ScopeUsageWrite})

@@ -106,7 +106,7 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 			return err
 		}
 		if !c.BudgetReserved {
-			reason, detail, guarded, err := l.chargeGuardsTx(ctx, tx, c)
+			reason, detail, err := l.chargeGuardsTx(ctx, tx, c)
 			if errors.Is(err, errCarryForward) {
 				carried, err = chargeCarryForwardTx(ctx, tx, now, c, p.actor(), detail)
 				return err
@@ -119,11 +119,12 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 					p.actor(), false)
 				return err
 			}
-			c = guarded
 		}
+		// The lease, and the reservation of a charge that just passed its
+		// guards (one that had passed them before keeps its own).
 		c, err = scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
-SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
+SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true,
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),
     last_attempted_at = $4, updated_at = $4

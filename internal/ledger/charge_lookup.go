@@ -42,7 +42,7 @@ UPDATE billing.charges
 SET status = CASE WHEN $5 THEN 'pending' ELSE status END,
     key_generation = $3,
     idempotency_key = CASE WHEN $5 THEN $4 ELSE idempotency_key END,
-    generation_first_attempted_at = CASE WHEN $5 THEN NULL ELSE generation_first_attempted_at END,
+    generation_first_attempted_at = CASE WHEN $5 THEN $6 ELSE coalesce(generation_first_attempted_at, $6) END,
     lookup_required = false,
     updated_at = $6
 WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_generation = $7
@@ -61,6 +61,7 @@ RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
 				return err
 			}
 		}
+		// The key's first use is marked above, with the attempt row below.
 		next = &Claim{Charge: c, Owner: claim.Owner, params: claim.params}
 		return attemptStartTx(ctx, tx, now, next)
 	})

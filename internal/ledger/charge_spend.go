@@ -133,34 +133,35 @@ const (
 // forward, returned as errCarryForward; above the maximum: held
 // amount_too_large, even when approved), the customer's max_charge_cents, the
 // anomaly guard and the period budget. It returns the reason to hold the
-// charge with and its detail, or "" after reserving the charge's amount in the
-// period's spend. An approved charge skips the cap, anomaly and budget guards
-// (the operator's decision) but is counted.
-func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (HeldReason, string, *Charge, error) {
+// charge with and its detail, or "" when the charge may go on: the caller
+// then reserves its amount (budget_reserved) in the same transaction, under
+// the budget's lock when a budget is set. An approved charge skips the cap,
+// anomaly and budget guards (the operator's decision) but is counted.
+func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (HeldReason, string, error) {
 	if min := AmountMinCents(c.Currency); c.AmountCents < min {
 		return "", fmt.Sprintf("amount %d is below Stripe's minimum of %d %s: carried to the customer's next charge",
-			c.AmountCents, min, c.Currency), c, errCarryForward
+			c.AmountCents, min, c.Currency), errCarryForward
 	}
 	if c.AmountCents > AmountMaxCents {
-		return HeldAmountTooLarge, fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents), c, nil
+		return HeldAmountTooLarge, fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents), nil
 	}
 	if c.ApprovedAt == nil {
 		var maxCharge *int64
 		if err := tx.QueryRow(ctx, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`,
 			c.CustomerID).Scan(&maxCharge); err != nil {
-			return "", "", nil, fmt.Errorf("error reading customer cap: %w", err)
+			return "", "", fmt.Errorf("error reading customer cap: %w", err)
 		}
 		if maxCharge != nil && c.AmountCents > *maxCharge {
-			return HeldOverCustomerCap, fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *maxCharge), c, nil
+			return HeldOverCustomerCap, fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *maxCharge), nil
 		}
 		if f := l.config.AnomalyFactor; f > 0 {
 			median, n, err := chargeMedianTx(ctx, tx, c)
 			if err != nil {
-				return "", "", nil, err
+				return "", "", err
 			}
 			if n >= anomalyHistoryMin && float64(c.AmountCents) > f*float64(median) {
 				return HeldAnomaly, fmt.Sprintf("amount %d is more than %g × %d, the median of the customer's last %d succeeded charges",
-					c.AmountCents, f, median, n), c, nil
+					c.AmountCents, f, median, n), nil
 			}
 		}
 	}
@@ -169,15 +170,14 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (Held
 		// running beside it must see it.
 		reserved, err := periodSpendLockTx(ctx, tx, c.Period, c.Currency)
 		if err != nil {
-			return "", "", nil, err
+			return "", "", err
 		}
 		if c.ApprovedAt == nil && reserved+c.AmountCents > b {
 			return HeldOverPeriodBudget, fmt.Sprintf("amount %d would bring %s spend in %s to %d, over the budget of %d",
-				c.AmountCents, c.Period, c.Currency, reserved+c.AmountCents, b), c, nil
+				c.AmountCents, c.Period, c.Currency, reserved+c.AmountCents, b), nil
 		}
 	}
-	c, err := chargeSpendSetTx(ctx, tx, c, true)
-	return "", "", c, err
+	return "", "", nil
 }
 
 // chargeHistorySQL reads a customer's last succeeded charges, but one, from

@@ -3,8 +3,11 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,18 +19,44 @@ import (
 )
 
 // statementCounter is a pgx tracer that counts the statements sent.
-type statementCounter struct{ n atomic.Int64 }
+type statementCounter struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	sqls []string // the statements since the last reset, for messages
+}
 
-func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.mu.Lock()
+	c.sqls = append(c.sqls, strings.Join(strings.Fields(data.SQL), " "))
+	c.mu.Unlock()
 	return ctx
+}
+
+// reset zeroes the count and forgets the statements.
+func (c *statementCounter) reset() {
+	c.n.Store(0)
+	c.mu.Lock()
+	c.sqls = nil
+	c.mu.Unlock()
+}
+
+// String lists the statements since the last reset, one per line.
+func (c *statementCounter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, q := range c.sqls {
+		fmt.Fprintf(&b, "\n  %.100s", q)
+	}
+	return b.String()
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// countingLedger returns a ledger on b's database whose pool counts every
-// statement it sends.
-func countingLedger(t *testing.T, b *ledgertest.Bundle) (*ledger.Ledger, *statementCounter) {
+// countingLedger returns a ledger of config on b's database, with b's clock,
+// whose pool counts every statement it sends.
+func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*ledger.Ledger, *statementCounter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
@@ -38,7 +67,8 @@ func countingLedger(t *testing.T, b *ledgertest.Bundle) (*ledger.Ledger, *statem
 	t.Cleanup(pool.Close)
 	client, err := jobs.NewInsertClient(pool, b.Logger)
 	require.NoError(t, err)
-	l, err := ledger.New(pool, ledger.Config{Clock: b.Clock.Now, Scheduler: jobs.Scheduler{Client: client}, Logger: b.Logger})
+	config.Clock, config.Scheduler, config.Logger = b.Clock.Now, jobs.Scheduler{Client: client}, b.Logger
+	l, err := ledger.New(pool, config)
 	require.NoError(t, err)
 	return l, counter
 }
@@ -48,12 +78,12 @@ func countingLedger(t *testing.T, b *ledgertest.Bundle) (*ledger.Ledger, *statem
 // of a period, replays) may take more.
 func TestUsageEventRoundTrips(t *testing.T) {
 	ctx, b := setup(t)
-	l, counter := countingLedger(t, b.Bundle)
+	l, counter := countingLedger(t, b.Bundle, ledger.Config{})
 
 	t.Run("OneEventOneStatement", func(t *testing.T) {
 		_, err := l.UsageEventRecord(ctx, event("first", 100)) // creates the period
 		require.NoError(t, err)
-		counter.n.Store(0)
+		counter.reset()
 		res, err := l.UsageEventRecord(ctx, event("second", 250))
 		require.NoError(t, err)
 		require.False(t, res.Replay)
@@ -81,7 +111,7 @@ func TestUsageEventRoundTrips(t *testing.T) {
 		}
 		_, err := l.UsageEventRecordBatch(ctx, batch("a")) // creates the ten periods
 		require.NoError(t, err)
-		counter.n.Store(0)
+		counter.reset()
 		results, err := l.UsageEventRecordBatch(ctx, batch("b"))
 		require.NoError(t, err)
 		require.Len(t, results, 200)
@@ -89,4 +119,29 @@ func TestUsageEventRoundTrips(t *testing.T) {
 		require.LessOrEqual(t, counter.n.Load(), int64(5), "statements for a batch of 200 in open periods")
 		require.Equal(t, int64(400), b.Count(t, `SELECT count(*) FROM billing.usage_events WHERE customer_id LIKE 'batch-%'`))
 	})
+}
+
+// A charge's first claim and the step after a look-up that found nothing
+// cost a fixed, small number of statements.
+func TestChargeClaimRoundTrips(t *testing.T) {
+	config := ledger.Config{AnomalyFactor: ledger.AnomalyFactorDefault}
+	ctx, b, _ := guardBundle(t, config)
+	c := closedWith(t, ctx, b, "acme", 1000)
+	l, counter := countingLedger(t, b, config)
+
+	claim, err := l.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+	require.NoError(t, err)
+	require.True(t, claim.Lookup)
+	require.True(t, claim.Charge.BudgetReserved, "the lease's update reserves the amount")
+	// begin, the charge FOR UPDATE, the kill switch, the customer's cap, the
+	// customer's history, the lease (and the reservation), commit
+	require.Equal(t, int64(7), counter.n.Load(), "statements of a first claim:%s", counter)
+
+	counter.reset()
+	next, err := l.ChargeLookupNone(ctx, claim, "job:1/1")
+	require.NoError(t, err)
+	require.NotNil(t, next.Charge.GenerationFirstAttemptedAt)
+	require.NotZero(t, next.AttemptID)
+	// begin, the key and its first use, the attempt row, commit
+	require.Equal(t, int64(4), counter.n.Load(), "statements after a look-up that found nothing:%s", counter)
 }
