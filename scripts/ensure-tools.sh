@@ -35,3 +35,24 @@ install_tool() {
 }
 
 install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
+
+# promtool (Prometheus' checker of metrics and rules) from Debian's prometheus
+# package: extracted from the .deb into $bindir rather than installed, so no
+# Prometheus server is set up or started.
+ensure_promtool() {
+  if command -v promtool >/dev/null || [[ -x $bindir/promtool ]]; then
+    return 0
+  fi
+  log "installing promtool (Debian package prometheus) into $bindir"
+  local work
+  work="$(mktemp -d)"
+  (
+    cd "$work"
+    apt-get download prometheus >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get download prometheus >/dev/null; }
+    dpkg-deb -x prometheus_*.deb root
+    install -m 0755 root/usr/bin/promtool "$bindir/promtool"
+  )
+  rm -rf "$work"
+}
+
+ensure_promtool

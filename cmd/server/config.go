@@ -23,6 +23,7 @@ const (
 // Defaults of the configuration, named after their variable.
 const (
 	httpAddrDefault        = ":8080"
+	metricsAddrDefault     = "127.0.0.1:9464" // loopback: scraped by an agent on the host, or set TALLY_METRICS_TOKEN
 	workersDefault         = 50
 	stripeTimeoutDefault   = 30 * time.Second
 	shutdownTimeoutDefault = 25 * time.Second
@@ -49,6 +50,8 @@ type config struct {
 	DBMaxConnsDeprecated bool  // TALLY_DB_MAX_CONNS is set: warn at start
 	HTTPAddr             string
 	DebugAddr            string // TALLY_DEBUG_ADDR: net/http/pprof, loopback only; empty: off
+	MetricsAddr          string // TALLY_METRICS_ADDR: the metrics listener; "off": none
+	MetricsToken         string // TALLY_METRICS_TOKEN: also serve /metrics on the API behind it
 	Roles                []string
 	Workers              int
 	Cadence              ledger.Cadence
@@ -116,6 +119,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		DatabaseURL:          get("DATABASE_URL", ""),
 		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
 		DebugAddr:            get("TALLY_DEBUG_ADDR", ""),
+		MetricsAddr:          get("TALLY_METRICS_ADDR", metricsAddrDefault),
+		MetricsToken:         get("TALLY_METRICS_TOKEN", ""),
 		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
@@ -145,6 +150,14 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	c.WorkerDBMaxConns = int32(integer("TALLY_WORKER_DB_MAX_CONNS", poolDefault(workerDBMaxConnsDefault), 2, 10000))
 	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) {
 		bad("TALLY_DEBUG_ADDR", "%q is not a loopback address: the profiler shows the process's internals, so bind it to 127.0.0.1:port or [::1]:port", c.DebugAddr)
+	}
+	if c.MetricsAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("TALLY_METRICS_ADDR", "%q is not host:port (such as 127.0.0.1:9464) or off", c.MetricsAddr)
+		}
+	}
+	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		bad("TALLY_METRICS_TOKEN", "is %d characters: use at least 16 random ones (openssl rand -hex 16)", len(c.MetricsToken))
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")

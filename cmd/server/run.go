@@ -22,6 +22,7 @@ import (
 	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/metrics"
 	"github.com/tally-billing/tally/internal/schema"
 )
 
@@ -42,6 +43,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.WarnContext(ctx, "TALLY_DB_MAX_CONNS is deprecated: it sizes each of the API's and the workers' pools; "+
 			"set TALLY_API_DB_MAX_CONNS and TALLY_WORKER_DB_MAX_CONNS instead",
 			slog.Int("api_db_max_conns", int(cfg.APIDBMaxConns)), slog.Int("worker_db_max_conns", int(cfg.WorkerDBMaxConns)))
+	}
+
+	m := metrics.New()
+	if cfg.MetricsAddr != "off" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 	}
 
 	// The API and the workers each get their own pool (and application_name),
@@ -74,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		worker, err = jobs.NewWorkerClient(queuePool, jobs.WorkerConfig{
 			Ledger: workerLedger,
 			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
-				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger,
+				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger, Metrics: m,
 				MaxIdleConns: cfg.Workers + 8, // every worker, and the reconciler and sweeps beside them
 			}),
 			StripeTimeout:        cfg.StripeTimeout,
@@ -112,7 +122,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error listening on TALLY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 		srv = &http.Server{
-			Handler:           api.NewServer(logger, apiLedger, readyFunc(apiPool, workerPool, worker), cfg.StripeWebhookSecret),
+			Handler: api.NewServer(logger, apiLedger, readyFunc(apiPool, workerPool, worker), cfg.StripeWebhookSecret,
+				api.WithMetrics(m, cfg.MetricsToken)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      60 * time.Second,
@@ -230,6 +241,21 @@ func isDatabaseError(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &pgErr) || errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)
+}
+
+// serveMetrics serves m at /metrics on addr (TALLY_METRICS_ADDR) until the
+// returned function is called.
+func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening on TALLY_METRICS_ADDR %s (set another address, or off): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("metrics listening", slog.String("addr", ln.Addr().String()))
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
 }
 
 // serveDebug serves net/http/pprof's handlers on addr (TALLY_DEBUG_ADDR, a

@@ -80,9 +80,9 @@ func setupEnv(ctx context.Context, t *testing.T, databaseURL string, extra map[s
 	addr := freeAddr(t)
 	env := map[string]string{
 		"DATABASE_URL":    databaseURL,
-		"TALLY_HTTP_ADDR": addr,
-		"TALLY_ROLES":     "api",
-		"TALLY_PERIOD":    "day",
+		"TALLY_HTTP_ADDR": addr, "TALLY_METRICS_ADDR": "off",
+		"TALLY_ROLES":  "api",
+		"TALLY_PERIOD": "day",
 	}
 	for k, v := range extra {
 		env[k] = v
@@ -179,7 +179,7 @@ func TestRun(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = ln.Close() })
-		env := map[string]string{"DATABASE_URL": databaseURL, "TALLY_HTTP_ADDR": ln.Addr().String(), "TALLY_ROLES": "api"}
+		env := map[string]string{"DATABASE_URL": databaseURL, "TALLY_HTTP_ADDR": ln.Addr().String(), "TALLY_METRICS_ADDR": "off", "TALLY_ROLES": "api"}
 		err = run(ctx, []string{"server"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 		require.ErrorContains(t, err, "TALLY_HTTP_ADDR")
 	})

@@ -189,8 +189,8 @@ func TestSecrets(t *testing.T) {
 		}
 
 		err := runOnce("every variable wrong", map[string]string{
-			"DATABASE_URL":          databaseURLWithPassword,
-			"TALLY_HTTP_ADDR":       freeAddr(t),
+			"DATABASE_URL":    databaseURLWithPassword,
+			"TALLY_HTTP_ADDR": freeAddr(t), "TALLY_METRICS_ADDR": "off",
 			"STRIPE_API_KEY":        "sk_live_" + strings.TrimPrefix(stripeKey.value, "rk_test_"),
 			"STRIPE_WEBHOOK_SECRET": strings.TrimPrefix(webhookSecret.value, "whsec_"),
 			"TALLY_WORKERS":         "abc",
@@ -217,7 +217,7 @@ func TestSecrets(t *testing.T) {
 			"host=127.0.0.1 user=tally password='" + dbPassword.value + "' dbname=tally sslmode=sometimes",
 		} {
 			err := runOnce(fmt.Sprintf("malformed DATABASE_URL %d", i), map[string]string{
-				"DATABASE_URL": dsn, "TALLY_ROLES": "api", "TALLY_HTTP_ADDR": freeAddr(t),
+				"DATABASE_URL": dsn, "TALLY_ROLES": "api", "TALLY_HTTP_ADDR": freeAddr(t), "TALLY_METRICS_ADDR": "off",
 			})
 			require.Error(t, err, "DATABASE_URL %d", i)
 		}
@@ -229,7 +229,7 @@ func TestSecrets(t *testing.T) {
 		closed := freeAddr(t)
 		b := startForSecrets(ctx, t, map[string]string{
 			"DATABASE_URL":    "postgres://tally:" + dbPassword.value + "@" + closed + "/tally?sslmode=disable",
-			"TALLY_HTTP_ADDR": addr,
+			"TALLY_HTTP_ADDR": addr, "TALLY_METRICS_ADDR": "off",
 			"TALLY_ROLES":     "api",
 			"TALLY_LOG_LEVEL": "debug",
 		})
@@ -260,8 +260,8 @@ func TestSecrets(t *testing.T) {
 		t.Cleanup(simSrv.Close)
 
 		b := startForSecrets(ctx, t, map[string]string{
-			"DATABASE_URL":          databaseURLWithPassword,
-			"TALLY_HTTP_ADDR":       addr,
+			"DATABASE_URL":    databaseURLWithPassword,
+			"TALLY_HTTP_ADDR": addr, "TALLY_METRICS_ADDR": "off",
 			"TALLY_ROLES":           "api,worker",
 			"TALLY_PERIOD":          "day",
 			"TALLY_WORKERS":         "4",

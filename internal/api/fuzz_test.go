@@ -112,7 +112,7 @@ func FuzzUsageEventDecode(f *testing.F) {
 		}
 		for _, body := range bodies {
 			called := false
-			h := handleUsageEventCreate(fuzzLogger, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
+			h := handleUsageEventCreate(fuzzLogger, nil, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
 				called = true
 				return fuzzRecord(t, p)
 			})
@@ -153,7 +153,7 @@ func FuzzUsageEventBatchDecode(f *testing.F) {
 			}
 			return results, nil
 		}
-		h := handleUsageEventBatch(fuzzLogger,
+		h := handleUsageEventBatch(fuzzLogger, nil,
 			func(_ context.Context, params []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error) {
 				return recordAll(params)
 			},

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/metrics"
 )
 
 type ctxKey int
@@ -60,16 +63,21 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
-func withAccessLog(logger *slog.Logger, next http.Handler) http.Handler {
+// withAccessLog logs a line per request and counts it in m by the route
+// pattern that served it.
+func withAccessLog(logger *slog.Logger, m *metrics.Metrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
 		// requireScope puts the authenticated key in the holder for this line.
 		holder := &keyHolder{}
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), ctxKeyHolder{}, holder)))
+		inner := r.WithContext(context.WithValue(r.Context(), ctxKeyHolder{}, holder))
+		next.ServeHTTP(rec, inner) // the mux sets inner.Pattern
+		took := time.Since(start)
+		m.ObserveHTTP(inner.Pattern, r.Method, rec.status, took)
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", rec.status), slog.Duration("duration", time.Since(start)),
+			slog.Int("status", rec.status), slog.Duration("duration", took),
 			slog.String("request_id", requestIDFrom(r.Context())),
 		}
 		if holder.key != nil {
@@ -111,6 +119,23 @@ func withRecover(logger *slog.Logger, next http.Handler) http.Handler {
 
 // requireScope authenticates the request's bearer key and requires scope:
 // 401 without a valid key, 403 without the scope.
+// requireToken lets through requests that send "Authorization: Bearer
+// <token>" (compared in constant time), and answers 401 to the others.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-metrics"`)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+				Detail: "send the metrics token (TALLY_METRICS_TOKEN) as Authorization: Bearer <token>"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")

@@ -8,11 +8,14 @@ import (
 )
 
 // addRoutes is the whole API surface. Each route names the scope it needs.
-func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string) {
+func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string, o options) {
 	auth := func(scope ledger.Scope, h http.Handler) http.Handler { return requireScope(logger, l, scope, h) }
 
 	mux.Handle("GET /healthz", handleHealthz())
 	mux.Handle("GET /readyz", handleReadyz(logger, ready))
+	if o.metrics != nil && o.metricsToken != "" {
+		mux.Handle("GET /metrics", requireToken(o.metricsToken, o.metrics.Handler()))
+	}
 
 	mux.Handle("PUT /v1/customers/{customer_id}", auth(ledger.ScopeCustomersWrite, handleCustomerPut(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}", auth(ledger.ScopeBillingRead, handleCustomerGet(logger, l)))
@@ -31,8 +34,8 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("POST /v1/admin/charging/pause", auth(ledger.ScopeAdmin, handleChargingPause(logger, l)))
 	mux.Handle("POST /v1/admin/charging/resume", auth(ledger.ScopeAdmin, handleChargingResume(logger, l)))
 
-	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, l.UsageEventRecord)))
-	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
+	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, o.metrics, l.UsageEventRecord)))
+	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, o.metrics, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
 
 	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l.StripeEventRecord, webhookSecret))
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/metrics"
 )
 
 // ReadyFunc reports whether the service can take traffic (database
@@ -14,14 +15,34 @@ import (
 // error). The error itself is logged, never answered.
 type ReadyFunc func(ctx context.Context) error
 
+// Option configures NewServer.
+type Option func(*options)
+
+type options struct {
+	metrics      *metrics.Metrics
+	metricsToken string
+}
+
+// WithMetrics counts every request, and the usage events' results, in m.
+// With a non-empty token, GET /metrics serves m on the API too, to requests
+// that send "Authorization: Bearer <token>" (TALLY_METRICS_TOKEN); without
+// one it is not routed.
+func WithMetrics(m *metrics.Metrics, token string) Option {
+	return func(o *options) { o.metrics, o.metricsToken = m, token }
+}
+
 // NewServer returns the HTTP handler of the API: every route of routes.go
 // behind request ids, access logs and panic recovery. webhookSecret is the
 // Stripe endpoint secret (whsec_…); empty refuses webhooks.
-func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string) http.Handler {
+func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSecret string, opts ...Option) http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	mux := http.NewServeMux()
-	addRoutes(mux, logger, l, ready, webhookSecret)
+	addRoutes(mux, logger, l, ready, webhookSecret, o)
 	var h http.Handler = mux
-	h = withAccessLog(logger, h)
+	h = withAccessLog(logger, o.metrics, h)
 	h = withRecover(logger, h)
 	h = withRequestID(h)
 	return h

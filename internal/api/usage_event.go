@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/metrics"
 )
 
 // usageEventRequest is one usage event as a producer posts it.
@@ -80,7 +81,7 @@ const replayHeader = "Idempotent-Replayed"
 // handleUsageEventCreate records one event with record (the ledger's
 // UsageEventRecord): 201 created, 200 exact replay (same body as the first
 // answer), 409 idempotency_conflict or period_closed, 422 invalid.
-func handleUsageEventCreate(logger *slog.Logger, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
+func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[usageEventRequest](w, r, bodyLimitDefault)
 		if err != nil {
@@ -89,11 +90,15 @@ func handleUsageEventCreate(logger *slog.Logger, record func(context.Context, le
 		}
 		p, err := req.params()
 		if err != nil {
+			m.CountUsageEvents(metrics.UsageRejected, 1)
 			writeError(logger, w, r, err)
 			return
 		}
 		res, err := record(r.Context(), p)
 		if err != nil {
+			if result := usageResult(err); result != "" {
+				m.CountUsageEvents(result, 1)
+			}
 			writeError(logger, w, r, err)
 			return
 		}
@@ -102,6 +107,7 @@ func handleUsageEventCreate(logger *slog.Logger, record func(context.Context, le
 			status = http.StatusOK
 			w.Header().Set(replayHeader, "true")
 		}
+		m.CountUsageEvents(usageResultOf(res), 1)
 		encode(w, status, newUsageEventResponse(res.Event))
 	})
 }
@@ -112,7 +118,7 @@ func handleUsageEventCreate(logger *slog.Logger, record func(context.Context, le
 // success it answers 201 (200 when every event was a replay) with one result
 // per event; otherwise nothing is written and the problem lists each failing
 // index: 422 when any item is invalid, else 409.
-func handleUsageEventBatch(logger *slog.Logger,
+func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 	record func(context.Context, []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error),
 	check func(context.Context, []ledger.UsageEventParams) error,
 ) http.Handler {
@@ -134,6 +140,7 @@ func handleUsageEventBatch(logger *slog.Logger,
 			writeError(logger, w, r, err)
 			return
 		}
+		m.ObserveBatch(len(req.Events))
 		if len(req.Events) == 0 || len(req.Events) > ledger.UsageEventBatchMax {
 			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{
 				"events": fmt.Sprintf("must hold between 1 and %d events; got %d", ledger.UsageEventBatchMax, len(req.Events))}})
@@ -183,8 +190,21 @@ func handleUsageEventBatch(logger *slog.Logger,
 			}
 		}
 		if len(itemErrs) > 0 {
+			// Nothing was written: each failing item counts as what failed
+			// it, the others as rejected with their batch.
+			counted := 0
+			for _, e := range itemErrs {
+				if result := usageResult(e); result != "" {
+					m.CountUsageEvents(result, 1)
+					counted++
+				}
+			}
+			m.CountUsageEvents(metrics.UsageRejected, len(req.Events)-counted)
 			writeBatchProblem(logger, w, r, itemErrs)
 			return
+		}
+		for _, res := range results {
+			m.CountUsageEvents(usageResultOf(res), 1)
 		}
 
 		resp := response{Data: make([]result, len(results))}
@@ -222,4 +242,29 @@ func writeBatchProblem(logger *slog.Logger, w http.ResponseWriter, r *http.Reque
 	}
 	sort.Slice(p.Items, func(a, b int) bool { return p.Items[a].Index < p.Items[b].Index })
 	writeProblem(w, r, p)
+}
+
+// usageResultOf is the metrics result of a recorded event.
+func usageResultOf(res *ledger.UsageEventResult) string {
+	if res.Replay {
+		return metrics.UsageReplayed
+	}
+	return metrics.UsageCreated
+}
+
+// usageResult is the metrics result of an event refused with err, or ""
+// for an internal error (counted by the request's 5xx instead).
+func usageResult(err error) string {
+	var ce *ledger.ConflictError
+	var ve *ledger.ValidationError
+	var de *decodeError
+	switch {
+	case errors.As(err, &ce) && ce.Code == ledger.ConflictIdempotency:
+		return metrics.UsageConflict
+	case errors.As(err, &ce) && ce.Code == ledger.ConflictPeriodClosed:
+		return metrics.UsagePeriodClosed
+	case errors.As(err, &ve), errors.As(err, &de):
+		return metrics.UsageRejected
+	}
+	return ""
 }

@@ -45,7 +45,7 @@ func (r *run) startServer(ctx context.Context, name, dbURL string, env ...string
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	p := &proc.Proc{Name: name, Bin: filepath.Join(r.binDir, "server"),
 		Env: append([]string{"DATABASE_URL=" + dbURL, fmt.Sprintf("TALLY_HTTP_ADDR=127.0.0.1:%d", port),
-			"TALLY_WORKERS=" + strconv.Itoa(r.cfg.Workers), "TALLY_SHUTDOWN_TIMEOUT=5s"}, env...),
+			"TALLY_WORKERS=" + strconv.Itoa(r.cfg.Workers), "TALLY_SHUTDOWN_TIMEOUT=5s", "TALLY_METRICS_ADDR=off"}, env...),
 		LogPath: filepath.Join(r.logDir, name+".log"), Ready: url + "/readyz"}
 	if err := p.Start(); err != nil {
 		return nil, err

@@ -81,7 +81,8 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		"STRIPE_API_KEY=sk_test_chaos", "STRIPE_API_BASE="+simURL, "STRIPE_WEBHOOK_SECRET="+webhookSecret,
 		"STRIPE_TIMEOUT="+stripeTimeout.String(), "TALLY_STRIPE_KEY_WINDOW="+keyWindow.String(),
 		"TALLY_RECONCILE_INTERVAL="+reconcileInterval.String(), "TALLY_RECONCILE_AFTER="+reconcileAfter.String(),
-		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s")
+		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s",
+		"TALLY_METRICS_ADDR=off") // several replicas share the host
 	common = append(common, sc.env...)
 	for i, url := range s.apiURLs {
 		s.apis = append(s.apis, &proc.Proc{Name: fmt.Sprintf("api-%d", i), Bin: filepath.Join(sc.binDir, "server"),

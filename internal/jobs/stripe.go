@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/metrics"
 )
 
 // Stripe is the part of Stripe's API that the charge path uses. StripeAPI
@@ -62,6 +63,10 @@ type StripeConfig struct {
 
 	// Logger receives stripe-go's own logs at debug level. Default: discarded.
 	Logger *slog.Logger
+
+	// Metrics counts every call (tally_stripe_requests_total) and its
+	// duration. Nil: not counted.
+	Metrics *metrics.Metrics
 }
 
 // StripeMaxIdleConnsDefault is StripeConfig.MaxIdleConns when zero. (Go's
@@ -75,6 +80,14 @@ type StripeAPI struct {
 	api      *client.API
 	timeout  time.Duration
 	livemode bool
+	metrics  *metrics.Metrics
+}
+
+// observe counts a call of operation that started at start and ended with
+// err, and returns err.
+func (s *StripeAPI) observe(operation string, start time.Time, err error) error {
+	s.metrics.ObserveStripe(operation, err, time.Since(start))
+	return err
 }
 
 // Livemode implements Stripe from the key's prefix.
@@ -104,7 +117,7 @@ func NewStripeAPI(config StripeConfig) *StripeAPI {
 	api := &client.API{}
 	api.Init(config.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
 	live := strings.HasPrefix(config.APIKey, "sk_live_") || strings.HasPrefix(config.APIKey, "rk_live_")
-	return &StripeAPI{api: api, timeout: config.Timeout, livemode: live}
+	return &StripeAPI{api: api, timeout: config.Timeout, livemode: live, metrics: config.Metrics}
 }
 
 // PaymentIntentCreate implements Stripe, bounded by the configured timeout.
@@ -112,7 +125,9 @@ func (s *StripeAPI) PaymentIntentCreate(ctx context.Context, params *stripe.Paym
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	params.Context = ctx
-	return s.api.PaymentIntents.New(params)
+	start := time.Now()
+	pi, err := s.api.PaymentIntents.New(params)
+	return pi, s.observe("payment_intent_create", start, err)
 }
 
 // CustomerGet implements Stripe, bounded by the configured timeout.
@@ -121,7 +136,9 @@ func (s *StripeAPI) CustomerGet(ctx context.Context, id string) (*stripe.Custome
 	defer cancel()
 	params := &stripe.CustomerParams{}
 	params.Context = ctx
-	return s.api.Customers.Get(id, params)
+	start := time.Now()
+	c, err := s.api.Customers.Get(id, params)
+	return c, s.observe("customer_get", start, err)
 }
 
 // PaymentIntentGet implements Stripe, bounded by the configured timeout.
@@ -130,7 +147,9 @@ func (s *StripeAPI) PaymentIntentGet(ctx context.Context, id string) (*stripe.Pa
 	defer cancel()
 	params := &stripe.PaymentIntentParams{}
 	params.Context = ctx
-	return s.api.PaymentIntents.Get(id, params)
+	start := time.Now()
+	pi, err := s.api.PaymentIntents.Get(id, params)
+	return pi, s.observe("payment_intent_get", start, err)
 }
 
 // RefundCreate implements Stripe, bounded by the configured timeout.
@@ -138,7 +157,9 @@ func (s *StripeAPI) RefundCreate(ctx context.Context, params *stripe.RefundParam
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	params.Context = ctx
-	return s.api.Refunds.New(params)
+	start := time.Now()
+	r, err := s.api.Refunds.New(params)
+	return r, s.observe("refund_create", start, err)
 }
 
 // PaymentIntentList implements Stripe with the list endpoint (never Search,
@@ -152,6 +173,7 @@ func (s *StripeAPI) PaymentIntentList(ctx context.Context, customer string, sinc
 	for {
 		pageCtx, cancel := context.WithTimeout(ctx, s.timeout)
 		params.Context = pageCtx
+		start := time.Now()
 		iter := s.api.PaymentIntents.List(params)
 		var last string
 		n := 0
@@ -164,7 +186,7 @@ func (s *StripeAPI) PaymentIntentList(ctx context.Context, customer string, sinc
 				break // one page; the next request starts after the last item
 			}
 		}
-		err := iter.Err()
+		err := s.observe("payment_intent_list", start, iter.Err()) // one request per page
 		more := iter.Meta() != nil && iter.Meta().HasMore && n == 100
 		cancel()
 		if err != nil {

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/testdb"
+)
+
+const metricsToken = "metrics-token-0123456789"
+
+// scrape GETs url with an optional bearer token and returns the status and
+// body.
+func scrape(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// sample returns the value of the series of name whose labels include
+// labels, from metrics in the text format (parsed by Prometheus' own
+// parser), or fails.
+func sample(t *testing.T, families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	f, ok := families[name]
+	require.True(t, ok, "no metric %s", name)
+	for _, m := range f.GetMetric() {
+		match := true
+		for k, v := range labels {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	require.FailNow(t, "no series", "%s%v", name, labels)
+	return 0
+}
+
+// promtool returns the promtool binary (make test installs it), or skips
+// the test outside CI.
+func promtool(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("PROMTOOL_BIN")
+	if bin == "" {
+		if p, err := exec.LookPath("promtool"); err == nil {
+			bin = p
+		} else if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+			bin = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "promtool")
+		}
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("promtool not found (%q): make test installs it with scripts/ensure-tools.sh", bin)
+		}
+		t.Skipf("promtool not found (%q); run make test", bin)
+	}
+	return bin
+}
+
+// The metrics a replica counts itself: served on TALLY_METRICS_ADDR, and on
+// the API behind TALLY_METRICS_TOKEN; counted per route pattern and per
+// usage-event result; valid for Prometheus' parser and promtool.
+func TestMetrics(t *testing.T) {
+	ctx := t.Context()
+	pool, databaseURL := testdb.New(t)
+	metricsAddr := freeAddr(t)
+	b := setupEnv(ctx, t, databaseURL, map[string]string{
+		"TALLY_METRICS_ADDR": metricsAddr, "TALLY_METRICS_TOKEN": metricsToken,
+	})
+	b.waitStatus(t, "/readyz", http.StatusOK)
+
+	l, err := ledger.New(pool, ledger.Config{})
+	require.NoError(t, err)
+	secret, _, err := l.APIKeyCreate(ctx, "metrics", ledger.Scopes)
+	require.NoError(t, err)
+	status, _, body := b.call(t, secret, http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd"}`)
+	require.Equal(t, http.StatusCreated, status, "body: %s", body)
+
+	post := func(path, body string, want int) {
+		t.Helper()
+		status, _, got := b.call(t, secret, http.MethodPost, path, body)
+		require.Equal(t, want, status, "body: %s", got)
+	}
+	post("/v1/usage-events", `{"customer_id":"acme","event_id":"e1","amount_cents":100}`, http.StatusCreated)
+	post("/v1/usage-events", `{"customer_id":"acme","event_id":"e1","amount_cents":100}`, http.StatusOK)
+	post("/v1/usage-events", `{"customer_id":"acme","event_id":"e1","amount_cents":999}`, http.StatusConflict)
+	post("/v1/usage-events", `{"customer_id":"acme","event_id":"e2"}`, http.StatusUnprocessableEntity)
+	post("/v1/usage-events/batch", `{"events":[{"customer_id":"acme","event_id":"b1","amount_cents":1},`+
+		`{"customer_id":"acme","event_id":"b2","amount_cents":2},{"customer_id":"acme","event_id":"e1","amount_cents":100}]}`, http.StatusCreated)
+	post("/v1/usage-events/batch", `{"events":[{"customer_id":"acme","event_id":"b3","amount_cents":1},`+
+		`{"customer_id":"acme","event_id":"b4","amount_cents":-2}]}`, http.StatusUnprocessableEntity)
+	status, _, _ = b.call(t, secret, http.MethodGet, "/v1/customers/nobody", "")
+	require.Equal(t, http.StatusNotFound, status)
+
+	// The API serves them only with the token.
+	status, _ = scrape(t, b.baseURL+"/metrics", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _ = scrape(t, b.baseURL+"/metrics", "wrong-token-0123456789")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, viaAPI := scrape(t, b.baseURL+"/metrics", metricsToken)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, viaAPI, "tally_usage_events_total")
+
+	status, text := scrape(t, "http://"+metricsAddr+"/metrics", "")
+	require.Equal(t, http.StatusOK, status)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	require.NoError(t, err, "Prometheus' parser refuses the output")
+
+	for result, want := range map[string]float64{"created": 3, "replayed": 2, "conflict": 1, "rejected": 3} {
+		require.Equal(t, want, sample(t, families, "tally_usage_events_total", map[string]string{"result": result}), "result %s", result)
+	}
+	require.Equal(t, 2.0, sample(t, families, "tally_usage_event_batch_size", nil), "two batches observed")
+	require.Equal(t, 2.0, sample(t, families, "tally_http_requests_total",
+		map[string]string{"route": "POST /v1/usage-events", "method": "POST", "code": "2xx"}))
+	require.Equal(t, 2.0, sample(t, families, "tally_http_requests_total",
+		map[string]string{"route": "POST /v1/usage-events", "method": "POST", "code": "4xx"}))
+	require.Equal(t, 1.0, sample(t, families, "tally_http_requests_total",
+		map[string]string{"route": "GET /v1/customers/{customer_id}", "code": "4xx"}), "labelled by pattern, not path")
+	require.Equal(t, 4.0, sample(t, families, "tally_http_request_duration_seconds",
+		map[string]string{"route": "POST /v1/usage-events"}))
+	require.Contains(t, families, "go_goroutines")
+	require.Contains(t, families, "process_resident_memory_bytes")
+	require.NotContains(t, text, secret, "no secret in the metrics")
+
+	cmd := exec.Command(promtool(t), "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "promtool check metrics:\n%s", out)
+}
