@@ -22,11 +22,16 @@ const (
 
 // Defaults of the configuration, named after their variable.
 const (
-	httpAddrDefault        = ":8080"
-	metricsAddrDefault     = "127.0.0.1:9464" // loopback: scraped by an agent on the host, or set TALLY_METRICS_TOKEN
-	workersDefault         = 50
-	stripeTimeoutDefault   = 30 * time.Second
-	shutdownTimeoutDefault = 25 * time.Second
+	httpAddrDefault    = ":8080"
+	metricsAddrDefault = "127.0.0.1:9464" // loopback: scraped by an agent on the host, or set TALLY_METRICS_TOKEN
+
+	// metricsStateIntervalDefault is how often, at most, a replica reads the
+	// state gauges (charges in flight, ages, River's jobs) from Postgres,
+	// however often it is scraped.
+	metricsStateIntervalDefault = 15 * time.Second
+	workersDefault              = 50
+	stripeTimeoutDefault        = 30 * time.Second
+	shutdownTimeoutDefault      = 25 * time.Second
 
 	// apiDBMaxConnsDefault and workerDBMaxConnsDefault size the two pools
 	// for a 2-core replica: an API request holds a connection for one short
@@ -52,6 +57,7 @@ type config struct {
 	DebugAddr            string // TALLY_DEBUG_ADDR: net/http/pprof, loopback only; empty: off
 	MetricsAddr          string // TALLY_METRICS_ADDR: the metrics listener; "off": none
 	MetricsToken         string // TALLY_METRICS_TOKEN: also serve /metrics on the API behind it
+	MetricsStateInterval time.Duration
 	Roles                []string
 	Workers              int
 	Cadence              ledger.Cadence
@@ -121,6 +127,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		DebugAddr:            get("TALLY_DEBUG_ADDR", ""),
 		MetricsAddr:          get("TALLY_METRICS_ADDR", metricsAddrDefault),
 		MetricsToken:         get("TALLY_METRICS_TOKEN", ""),
+		MetricsStateInterval: duration("TALLY_METRICS_STATE_INTERVAL", metricsStateIntervalDefault),
 		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),

@@ -100,7 +100,7 @@ func TestMetrics(t *testing.T) {
 	pool, databaseURL := testdb.New(t)
 	metricsAddr := freeAddr(t)
 	b := setupEnv(ctx, t, databaseURL, map[string]string{
-		"TALLY_METRICS_ADDR": metricsAddr, "TALLY_METRICS_TOKEN": metricsToken,
+		"TALLY_METRICS_ADDR": metricsAddr, "TALLY_METRICS_TOKEN": metricsToken, "TALLY_METRICS_STATE_INTERVAL": "1ms",
 	})
 	b.waitStatus(t, "/readyz", http.StatusOK)
 
@@ -154,6 +154,32 @@ func TestMetrics(t *testing.T) {
 		map[string]string{"route": "GET /v1/customers/{customer_id}", "code": "4xx"}), "labelled by pattern, not path")
 	require.Equal(t, 4.0, sample(t, families, "tally_http_request_duration_seconds",
 		map[string]string{"route": "POST /v1/usage-events"}))
+	// The state gauges, read from Postgres: the customer's period is open,
+	// nothing is in flight yet. A held charge and a paused switch:
+	require.Equal(t, 0.0, sample(t, families, "tally_charges", map[string]string{"status": "pending"}))
+	require.Equal(t, 0.0, sample(t, families, "tally_charging_paused", nil))
+	require.Equal(t, 1.0, sample(t, families, "tally_river_jobs", map[string]string{"queue": "charges", "state": "scheduled"}),
+		"the period's charge job, scheduled at its close")
+	_, err = pool.Exec(ctx, `
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+VALUES ('held-co', 'cus_held', 'usd', now(), now());
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, status, closed_at, created_at)
+VALUES ('held-co', '2026-01-01', 'usd', '2026-01-01', '2026-01-02', now() - interval '90 seconds', 'open', NULL, now());
+INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count, stripe_customer_id,
+                             charge_key, idempotency_key, period_starts_at, held_reason, held_detail, held_at, created_at, updated_at)
+VALUES ('held-co', '2026-01-01', 'held', 100, 'usd', 1, 'cus_held', 'k:held', 'i:held', '2026-01-01',
+        'over_customer_cap', 'test', now(), now() - interval '1 hour', now())`)
+	require.NoError(t, err)
+	status, _, body = b.call(t, secret, http.MethodPost, "/v1/admin/charging/pause", `{"reason":"metrics test"}`)
+	require.Equal(t, http.StatusOK, status, "body: %s", body)
+	_, text = scrape(t, "http://"+metricsAddr+"/metrics", "")
+	families, err = parser.TextToMetricFamilies(strings.NewReader(text))
+	require.NoError(t, err)
+	require.Equal(t, 1.0, sample(t, families, "tally_charges", map[string]string{"status": "held"}))
+	require.Equal(t, 1.0, sample(t, families, "tally_charges_held", map[string]string{"reason": "over_customer_cap"}))
+	require.Equal(t, 1.0, sample(t, families, "tally_charging_paused", nil))
+	require.GreaterOrEqual(t, sample(t, families, "tally_period_close_overdue_seconds", nil), 90.0)
+
 	require.Contains(t, families, "go_goroutines")
 	require.Contains(t, families, "process_resident_memory_bytes")
 	require.NotContains(t, text, secret, "no secret in the metrics")

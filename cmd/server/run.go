@@ -114,6 +114,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer stopDebug()
 	}
 
+	stateLedger, statePool := apiLedger, apiPool
+	if stateLedger == nil {
+		stateLedger, statePool = workerLedger, workerPool
+	}
+	m.Register(metrics.NewStateCollector(readState(stateLedger, statePool), cfg.MetricsStateInterval, logger))
+
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	if cfg.has(roleAPI) {
@@ -241,6 +247,45 @@ func isDatabaseError(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &pgErr) || errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)
+}
+
+// readState reads the state gauges from the ledger and River's table.
+func readState(l *ledger.Ledger, pool *pgxpool.Pool) metrics.StateFunc {
+	age := func(now time.Time, since *time.Time) float64 {
+		if since == nil {
+			return 0
+		}
+		return max(now.Sub(*since).Seconds(), 0)
+	}
+	return func(ctx context.Context) (*metrics.State, error) {
+		ops, err := l.OperationsStateGet(ctx)
+		if err != nil {
+			return nil, err
+		}
+		queue, err := jobs.QueueStateGet(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		st := &metrics.State{
+			Charges: map[string]float64{}, Held: map[string]float64{}, Jobs: map[[2]string]float64{}, StripeEvents: map[string]float64{},
+			CloseOverdueSeconds: age(ops.Now, ops.CloseOverdueSince), UnsettledSeconds: age(ops.Now, ops.UnsettledSince),
+			OutboxLagSeconds: age(ops.Now, queue.ChargeAvailableSince), StripeEventOldestSeconds: age(ops.Now, ops.StripeEventSince),
+			ChargingPaused: ops.ChargingPausedSince != nil,
+		}
+		for status, n := range ops.Charges {
+			st.Charges[string(status)] = float64(n)
+		}
+		for reason, n := range ops.Held {
+			st.Held[string(reason)] = float64(n)
+		}
+		for k, n := range queue.Jobs {
+			st.Jobs[k] = float64(n)
+		}
+		for status, n := range ops.StripeEvents {
+			st.StripeEvents[status] = float64(n)
+		}
+		return st, nil
+	}
 }
 
 // serveMetrics serves m at /metrics on addr (TALLY_METRICS_ADDR) until the
