@@ -3,9 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/testtool"
 )
 
 const metricsToken = "metrics-token-0123456789"
@@ -69,27 +68,6 @@ func sample(t *testing.T, families map[string]*dto.MetricFamily, name string, la
 	}
 	require.FailNow(t, "no series", "%s%v", name, labels)
 	return 0
-}
-
-// promtool returns the promtool binary (make test installs it), or skips
-// the test outside CI.
-func promtool(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("PROMTOOL_BIN")
-	if bin == "" {
-		if p, err := exec.LookPath("promtool"); err == nil {
-			bin = p
-		} else if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			bin = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "promtool")
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("promtool not found (%q): make test installs it with scripts/ensure-tools.sh", bin)
-		}
-		t.Skipf("promtool not found (%q); run make test", bin)
-	}
-	return bin
 }
 
 // The metrics a replica counts itself: served on TALLY_METRICS_ADDR, and on
@@ -184,7 +162,7 @@ VALUES ('held-co', '2026-01-01', 'held', 100, 'usd', 1, 'cus_held', 'k:held', 'i
 	require.Contains(t, families, "process_resident_memory_bytes")
 	require.NotContains(t, text, secret, "no secret in the metrics")
 
-	cmd := exec.Command(promtool(t), "check", "metrics")
+	cmd := exec.Command(testtool.Bin(t, "PROMTOOL_BIN", "promtool"), "check", "metrics")
 	cmd.Stdin = strings.NewReader(text)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "promtool check metrics:\n%s", out)

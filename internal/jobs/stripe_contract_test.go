@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/testtool"
 )
 
 // stripeMockURL starts Stripe's official stripe-mock (which validates every
@@ -22,20 +21,7 @@ import (
 // without it skips, except in CI, where it fails.
 func stripeMockURL(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("STRIPE_MOCK_BIN")
-	if bin == "" {
-		if p, err := exec.LookPath("stripe-mock"); err == nil {
-			bin = p
-		} else if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			bin = filepath.Join(string(gopath[:len(gopath)-1]), "bin", "stripe-mock")
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("stripe-mock not found (%q): make test installs it with scripts/ensure-tools.sh", bin)
-		}
-		t.Skipf("stripe-mock not found (%q); run make test, or go install github.com/stripe/stripe-mock@v0.203.0", bin)
-	}
+	bin := testtool.Bin(t, "STRIPE_MOCK_BIN", "stripe-mock")
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
