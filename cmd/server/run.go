@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var apiLedger, workerLedger *ledger.Ledger
 	var apiPool, workerPool *pgxpool.Pool
 	if cfg.has(roleAPI) {
-		apiPool, apiLedger, err = connectLedger(ctx, cfg, logger, appNameAPI, cfg.APIDBMaxConns)
+		apiPool, apiLedger, err = connectLedger(ctx, cfg, logger, m, appNameAPI, cfg.APIDBMaxConns)
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	var worker *river.Client[pgx.Tx]
 	if cfg.has(roleWorker) {
-		workerPool, workerLedger, err = connectLedger(ctx, cfg, logger, appNameWorker, cfg.WorkerDBMaxConns)
+		workerPool, workerLedger, err = connectLedger(ctx, cfg, logger, m, appNameWorker, cfg.WorkerDBMaxConns)
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ const (
 // connectLedger opens a pool named appName of at most maxConns connections
 // and the ledger that runs on it, with an insert-only River client on the
 // same pool as its scheduler.
-func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, appName string, maxConns int32) (*pgxpool.Pool, *ledger.Ledger, error) {
+func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *metrics.Metrics, appName string, maxConns int32) (*pgxpool.Pool, *ledger.Ledger, error) {
 	pool, err := ledger.Connect(ctx, cfg.DatabaseURL, appName, maxConns)
 	if err != nil {
 		return nil, nil, err
@@ -189,14 +189,15 @@ func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, appNam
 		return nil, nil, err
 	}
 	l, err := ledger.New(pool, ledger.Config{
-		Cadence:           cfg.Cadence,
-		CloseGrace:        cfg.CloseGrace,
-		StripeKeyWindow:   cfg.StripeKeyWindow,
-		PeriodBudgetCents: cfg.PeriodBudgetCents,
-		AnomalyFactor:     cfg.AnomalyFactor,
-		Namespace:         cfg.Namespace,
-		Scheduler:         jobs.Scheduler{Client: inserter},
-		Logger:            logger,
+		Cadence:            cfg.Cadence,
+		CloseGrace:         cfg.CloseGrace,
+		StripeKeyWindow:    cfg.StripeKeyWindow,
+		PeriodBudgetCents:  cfg.PeriodBudgetCents,
+		AnomalyFactor:      cfg.AnomalyFactor,
+		Namespace:          cfg.Namespace,
+		Scheduler:          jobs.Scheduler{Client: inserter},
+		Logger:             logger,
+		OnChargeTransition: m.ChargeTransition,
 	})
 	if err != nil {
 		pool.Close()

@@ -203,6 +203,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
 	if err != nil {
 		return fmt.Errorf("error logging transition of charge %d to %s: %w", chargeID, to, err)
 	}
+	recordTransition(tx, from, to)
 	return nil
 }
 

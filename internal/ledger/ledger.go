@@ -114,6 +114,11 @@ type Config struct {
 	// without reading Postgres again. Default APIKeyCacheTTLDefault.
 	APIKeyCacheTTL time.Duration
 
+	// OnChargeTransition, when set, is told of every charge status change
+	// (from is "" for a charge's creation) once its transaction committed:
+	// the server counts them in tally_charge_transitions_total.
+	OnChargeTransition func(from, to string)
+
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 
@@ -208,16 +213,48 @@ const txAttemptsMax = 5
 // withTx runs fn in a transaction and commits it, retrying the whole
 // transaction when Postgres aborts it with a deadlock or serialization
 // failure. fn must be safe to run again from the start.
+//
+// The charge transitions fn logs (transitionTx) are reported to
+// Config.OnChargeTransition once the transaction has committed, never for
+// one rolled back.
 func (l *Ledger) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= txAttemptsMax; attempt++ {
-		err = pgx.BeginFunc(ctx, l.pool, fn)
+		var rec *recordingTx
+		err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			rec = &recordingTx{Tx: tx}
+			return fn(rec)
+		})
+		if err == nil && l.config.OnChargeTransition != nil {
+			for _, t := range rec.transitions {
+				l.config.OnChargeTransition(t[0], t[1])
+			}
+		}
 		if !isRetryable(err) {
 			return err
 		}
 		l.logger.WarnContext(ctx, "retrying transaction", slog.Int("attempt", attempt), slog.String("error", err.Error()))
 	}
 	return err
+}
+
+// recordingTx is a ledger transaction that remembers the charge transitions
+// logged in it, for withTx to report once it commits.
+type recordingTx struct {
+	pgx.Tx
+	transitions [][2]string // (from, to); from is "" for a charge's creation
+}
+
+// recordTransition remembers a transition logged in tx, when tx is a
+// recordingTx.
+func recordTransition(tx pgx.Tx, from *ChargeStatus, to ChargeStatus) {
+	if rec, ok := tx.(*recordingTx); ok {
+		f := ""
+		if from != nil {
+			f = string(*from)
+		}
+		rec.transitions = append(rec.transitions, [2]string{f, string(to)})
+	}
 }
 
 func isRetryable(err error) bool {

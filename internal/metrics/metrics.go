@@ -37,6 +37,7 @@ type Metrics struct {
 	batchSize      prometheus.Histogram
 	stripeCalls    *prometheus.CounterVec
 	stripeDuration *prometheus.HistogramVec
+	transitions    *prometheus.CounterVec
 }
 
 // New returns Metrics registered on a new registry with the Go runtime and
@@ -71,11 +72,15 @@ func New() *Metrics {
 			Help:    "Time a call to Stripe took, by operation.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"operation"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_charge_transitions_total",
+			Help: "Charge status changes committed by this replica, by from and to status (from=\"none\": the charge's creation).",
+		}, []string{"from", "to"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration,
+		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration, m.transitions,
 	)
 	return m
 }
@@ -128,6 +133,18 @@ func (m *Metrics) ObserveStripe(operation string, err error, d time.Duration) {
 	}
 	m.stripeCalls.WithLabelValues(operation, StripeOutcome(err)).Inc()
 	m.stripeDuration.WithLabelValues(operation).Observe(d.Seconds())
+}
+
+// ChargeTransition counts a committed charge status change (from "" for a
+// charge's creation): the ledger's Config.OnChargeTransition.
+func (m *Metrics) ChargeTransition(from, to string) {
+	if m == nil {
+		return
+	}
+	if from == "" {
+		from = "none"
+	}
+	m.transitions.WithLabelValues(from, to).Inc()
 }
 
 // StripeOutcome classes a Stripe call's error for tally_stripe_requests_total.
