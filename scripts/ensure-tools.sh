@@ -35,6 +35,7 @@ install_tool() {
 }
 
 install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
+install_tool helm helm.sh/helm/v3/cmd/helm v3.22.0
 
 # promtool (Prometheus' checker of metrics and rules) from Debian's prometheus
 # package: extracted from the .deb into $bindir rather than installed, so no

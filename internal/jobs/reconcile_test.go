@@ -18,6 +18,13 @@ import (
 // past Tally's 23 h key window and Stripe's 24 h key retention.
 func (b *testBundle) pastKeyWindow() { b.Clock.Advance(24*time.Hour + time.Minute) }
 
+// pastTallyKeyWindow moves the shared clock just past Tally's key window,
+// where Stripe still remembers the keys, as in production (the window's
+// hour of margin): a call of the old key already in flight when the clock
+// jumps gets Stripe's stored answer, as it would, instead of a key Stripe
+// forgot at the same instant.
+func (b *testBundle) pastTallyKeyWindow() { b.Clock.Advance(ledger.StripeKeyWindowDefault + time.Minute) }
+
 func TestKeyWindowReconciliation(t *testing.T) {
 	t.Parallel()
 
@@ -29,7 +36,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500AfterCreate, Count: 1})
 		b.closeNow(t, ctx, "acme")
 		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
-		b.pastKeyWindow()
+		b.pastTallyKeyWindow()
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		require.Equal(t, "reconcile", *c.ResolvedBy)
@@ -46,7 +53,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		b.closeNow(t, ctx, "acme")
 		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
 		require.Empty(t, b.paymentIntents("cus_acme"))
-		b.pastKeyWindow()
+		b.pastTallyKeyWindow()
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		require.Equal(t, 1, c.KeyGeneration)
@@ -64,7 +71,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		b.closeNow(t, ctx, "acme")
 		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
 		b.crash.arm(jobs.CrashAfterLookup)
-		b.pastKeyWindow()
+		b.pastTallyKeyWindow()
 		// The run dies with the next generation committed and its lease held.
 		b.waitCrashed(t)
 		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.KeyGeneration == 1 })
@@ -94,7 +101,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 			_, err := b.stripe.PaymentIntentCreate(ctx, params)
 			require.NoError(t, err)
 		}
-		b.pastKeyWindow()
+		b.pastTallyKeyWindow()
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
 		require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
@@ -122,7 +129,7 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		require.Equal(t, ledger.ChargeUnknown, c.Status)
 
 		// Days later, an operator redrives everything discarded, twice.
-		b.pastKeyWindow()
+		b.pastTallyKeyWindow()
 		b.Clock.Advance(48 * time.Hour)
 		items, err := jobs.Redrive(ctx, b.River, jobs.RedriveParams{CustomerID: "acme"})
 		require.NoError(t, err)
