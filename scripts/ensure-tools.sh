@@ -57,3 +57,15 @@ ensure_promtool() {
 }
 
 ensure_promtool
+
+# Headless Chromium (Debian's chromium) for the River UI browser test.
+ensure_chromium() {
+  if command -v chromium >/dev/null; then
+    return 0
+  fi
+  log "installing chromium (Debian package) for the browser tests"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
+}
+
+ensure_chromium

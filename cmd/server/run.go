@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
 
 	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/jobs"
@@ -127,9 +128,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return fmt.Errorf("error listening on TALLY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
+		riverUI, err := startRiverUI(ctx, apiPool, logger)
+		if err != nil {
+			return err
+		}
 		srv = &http.Server{
 			Handler: api.NewServer(logger, apiLedger, readyFunc(apiPool, workerPool, worker), cfg.StripeWebhookSecret,
-				api.WithMetrics(m, cfg.MetricsToken)),
+				api.WithMetrics(m, cfg.MetricsToken), api.WithRiverUI(riverUI)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      60 * time.Second,
@@ -287,6 +292,28 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool) metrics.StateFunc {
 		}
 		return st, nil
 	}
+}
+
+// startRiverUI returns River's own UI (riverqueue.com/riverui) for
+// /riverui/, on an insert-only River client of pool, its background services
+// running until ctx ends. The API mounts it behind the admin scope.
+func startRiverUI(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (http.Handler, error) {
+	client, err := jobs.NewInsertClient(pool, logger)
+	if err != nil {
+		return nil, err
+	}
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    logger,
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating the River UI: %w", err)
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, fmt.Errorf("error starting the River UI: %w", err)
+	}
+	return h, nil
 }
 
 // serveMetrics serves m at /metrics on addr (TALLY_METRICS_ADDR) until the

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -133,6 +134,67 @@ func requireToken(token string, next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// riverUIRealm is the basic-auth realm a browser is asked to log in to for
+// the River UI.
+const riverUIRealm = `Basic realm="Tally River UI: any user name, an admin API key as the password", charset="UTF-8"`
+
+// requireAdminBasic lets through requests that carry an API key with the
+// admin scope, as a bearer token or as the password of HTTP basic auth (what
+// a browser sends after its login prompt), and answers 401 with a basic-auth
+// challenge, or 403 for a key without the scope, to the others.
+func requireAdminBasic(logger *slog.Logger, l *ledger.Ledger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, ok := "", false
+		if _, password, basic := r.BasicAuth(); basic {
+			secret, ok = password, password != ""
+		} else if scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); strings.EqualFold(scheme, "Bearer") {
+			secret, ok = strings.TrimSpace(token), strings.TrimSpace(token) != ""
+		}
+		var key *ledger.APIKey
+		var err error
+		if ok {
+			key, err = l.APIKeyAuthenticate(r.Context(), secret)
+		}
+		switch {
+		case !ok || errors.Is(err, ledger.ErrUnauthenticated):
+			w.Header().Set("WWW-Authenticate", riverUIRealm)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+				Detail: "the River UI needs an API key with the admin scope: log in with any user name and the key as the password"})
+			return
+		case err != nil:
+			writeInternal(logger, w, r, err)
+			return
+		case !key.Has(ledger.ScopeAdmin):
+			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
+				Detail: "the River UI needs an API key with the admin scope"})
+			return
+		}
+		if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
+			h.key = key
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handleRiverUILogin sends a browser that just logged in (basic auth) on to
+// the UI page ?next= names (under /riverui/; default the UI's home) by an
+// absolute URL without the credentials a login link may carry
+// (http://user:key@host/riverui/login): a page whose address holds
+// credentials may not fetch, and the browser keeps the login for the realm.
+func handleRiverUILogin() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := r.URL.Query().Get("next")
+		if !strings.HasPrefix(next, "/riverui/") || strings.HasPrefix(next, "/riverui/login") || strings.ContainsAny(next, "\\\r\n") {
+			next = "/riverui/"
+		}
+		scheme := "http"
+		if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+			scheme = "https"
+		}
+		http.Redirect(w, r, scheme+"://"+r.Host+next, http.StatusSeeOther)
 	})
 }
 

@@ -13,6 +13,10 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("GET /healthz", handleHealthz())
 	mux.Handle("GET /readyz", handleReadyz(logger, ready))
+	if o.riverUI != nil {
+		mux.Handle("GET /riverui/login", requireAdminBasic(logger, l, handleRiverUILogin()))
+		mux.Handle("/riverui/", requireAdminBasic(logger, l, o.riverUI))
+	}
 	if o.metrics != nil && o.metricsToken != "" {
 		mux.Handle("GET /metrics", requireToken(o.metricsToken, o.metrics.Handler()))
 	}

@@ -21,6 +21,15 @@ type Option func(*options)
 type options struct {
 	metrics      *metrics.Metrics
 	metricsToken string
+	riverUI      http.Handler
+}
+
+// WithRiverUI mounts River's own UI (riverqueue.com/riverui, built with the
+// prefix /riverui) at /riverui/, for API keys with the admin scope only: a
+// browser is asked for one with a basic-auth prompt (any user name, the key
+// as the password); a client may send it as a bearer token.
+func WithRiverUI(h http.Handler) Option {
+	return func(o *options) { o.riverUI = h }
 }
 
 // WithMetrics counts every request, and the usage events' results, in m.

@@ -23,7 +23,9 @@ func (b *testBundle) pastKeyWindow() { b.Clock.Advance(24*time.Hour + time.Minut
 // hour of margin): a call of the old key already in flight when the clock
 // jumps gets Stripe's stored answer, as it would, instead of a key Stripe
 // forgot at the same instant.
-func (b *testBundle) pastTallyKeyWindow() { b.Clock.Advance(ledger.StripeKeyWindowDefault + time.Minute) }
+func (b *testBundle) pastTallyKeyWindow() {
+	b.Clock.Advance(ledger.StripeKeyWindowDefault + time.Minute)
+}
 
 func TestKeyWindowReconciliation(t *testing.T) {
 	t.Parallel()
