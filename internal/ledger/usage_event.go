@@ -431,18 +431,41 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bi
                            properties, occurred_at, payload_hash, n)
 ORDER BY n
 ON CONFLICT (customer_id, event_id) DO NOTHING
-RETURNING `+usageEventColumns, planFresh,
+RETURNING customer_id, event_id, id, properties`, planFresh,
 		customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %d events: %w", n, err)
 	}
-	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) { return scanUsageEvent(r) })
+	// The row inserted for a key is its first event in events (a later one
+	// conflicted with it); only what Postgres made (the id, and the
+	// properties as jsonb writes them) is read back.
+	first := make(map[eventKey]*preparedEvent, n)
+	for _, ev := range events {
+		if k := (eventKey{ev.CustomerID, ev.EventID}); first[k] == nil {
+			first[k] = ev
+		}
+	}
+	inserted := make(map[eventKey]*UsageEvent, n)
+	var k eventKey
+	var id int64
+	var props json.RawMessage
+	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.eventID, &id, &props}, func() error {
+		ev := first[k]
+		if ev == nil {
+			return fmt.Errorf("inserted %s/%s, which the batch does not hold", k.customerID, k.eventID)
+		}
+		e := &UsageEvent{ID: id, CustomerID: ev.CustomerID, EventID: ev.EventID, Period: ev.periodBound.Label,
+			AmountCents: ev.AmountCents, Currency: ev.periodCurrency, Quantity: ev.Quantity,
+			Properties: append(json.RawMessage(nil), props...), OccurredAt: ev.occurredAt, ReceivedAt: now}
+		if ev.Metric != "" {
+			metric := ev.Metric
+			e.Metric = &metric
+		}
+		inserted[k] = e
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %d events: %w", n, err)
-	}
-	inserted := make(map[eventKey]*UsageEvent, len(stored))
-	for _, s := range stored {
-		inserted[eventKey{s.event.CustomerID, s.event.EventID}] = s.event
 	}
 	return inserted, nil
 }

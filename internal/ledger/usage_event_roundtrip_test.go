@@ -145,3 +145,28 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 	// begin, the key and its first use, the attempt row, commit
 	require.Equal(t, int64(4), counter.n.Load(), "statements after a look-up that found nothing:%s", counter)
 }
+
+// A batch answers each created event exactly as it was stored: a replay of
+// the batch, read back from Postgres, answers the same events.
+func TestUsageEventBatchAnswersAsStored(t *testing.T) {
+	ctx, b := setup(t)
+	qty := int64(7)
+	occurred := ledgertest.ClockStart.Add(-time.Hour + 123456789*time.Nanosecond)
+	batch := []ledger.UsageEventParams{
+		{CustomerID: "acme", EventID: "a", AmountCents: 100, Metric: "api_calls", Quantity: &qty,
+			Properties: []byte(`{"z": 1, "a": [true, null, "x"], "n": 1.50}`), OccurredAt: &occurred},
+		{CustomerID: "acme", EventID: "b", AmountCents: 200, Currency: "USD"},
+		{CustomerID: "acme", EventID: "a", AmountCents: 100, Metric: "api_calls", Quantity: &qty,
+			Properties: []byte(`{"z": 1, "a": [true, null, "x"], "n": 1.50}`), OccurredAt: &occurred},
+	}
+	created, err := b.Ledger.UsageEventRecordBatch(ctx, batch)
+	require.NoError(t, err)
+	require.False(t, created[0].Replay)
+	require.True(t, created[2].Replay, "the in-batch duplicate")
+	replayed, err := b.Ledger.UsageEventRecordBatch(ctx, batch)
+	require.NoError(t, err)
+	for i := range batch {
+		require.True(t, replayed[i].Replay)
+		require.Equal(t, replayed[i].Event, created[i].Event, "event %d as answered when created and as stored", i)
+	}
+}
