@@ -118,16 +118,23 @@ func withRecover(logger *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// requireScope authenticates the request's bearer key and requires scope:
-// 401 without a valid key, 403 without the scope.
+// bearerToken returns the token of the request's "Authorization: Bearer
+// <token>", or "".
+func bearerToken(r *http.Request) string {
+	scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
 // requireToken lets through requests that send "Authorization: Bearer
 // <token>" (compared in constant time), and answers 401 to the others.
 func requireToken(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		got := sha256.Sum256([]byte(bearerToken(r)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-metrics"`)
 			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
 				Detail: "send the metrics token (TALLY_METRICS_TOKEN) as Authorization: Bearer <token>"})
@@ -137,45 +144,75 @@ func requireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
-// riverUIRealm is the basic-auth realm a browser is asked to log in to for
-// the River UI.
-const riverUIRealm = `Basic realm="Tally River UI: any user name, an admin API key as the password", charset="UTF-8"`
+// authorize authenticates the API key secret (not empty), records it for the
+// access log, and requires scope. When it refuses, it has answered: 401 with
+// challenge and invalidDetail for an unknown or revoked key, 403 for a key
+// without the scope, 500 when the key cannot be read.
+func authorize(logger *slog.Logger, l *ledger.Ledger, w http.ResponseWriter, r *http.Request,
+	secret string, scope ledger.Scope, challenge, invalidDetail string,
+) bool {
+	key, err := l.APIKeyAuthenticate(r.Context(), secret)
+	if errors.Is(err, ledger.ErrUnauthenticated) {
+		w.Header().Set("WWW-Authenticate", challenge)
+		writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: invalidDetail})
+		return false
+	}
+	if err != nil {
+		writeInternal(logger, w, r, err)
+		return false
+	}
+	if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
+		h.key = key
+	}
+	if !key.Has(scope) {
+		writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
+			Detail: fmt.Sprintf("this API key lacks the %s scope that this request needs", scope)})
+		return false
+	}
+	return true
+}
 
-// requireAdminBasic lets through requests that carry an API key with the
-// admin scope, as a bearer token or as the password of HTTP basic auth (what
-// a browser sends after its login prompt), and answers 401 with a basic-auth
-// challenge, or 403 for a key without the scope, to the others.
+// requireScope authenticates the request's bearer key and requires scope:
+// 401 without a valid key, 403 without the scope.
+func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret := bearerToken(r)
+		if secret == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+				Detail: "send an API key as Authorization: Bearer <key>; create one with billingctl apikey create"})
+			return
+		}
+		if authorize(logger, l, w, r, secret, scope, `Bearer realm="tally", error="invalid_token"`, "the API key is unknown or revoked") {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// riverUIRealm is the basic-auth realm a browser is asked to log in to for
+// the River UI, and riverUILogin what a refused request is told.
+const (
+	riverUIRealm = `Basic realm="Tally River UI: any user name, an admin API key as the password", charset="UTF-8"`
+	riverUILogin = "the River UI needs an API key with the admin scope: log in with any user name and the key as the password"
+)
+
+// requireAdminBasic is requireScope(admin) that also takes the key as the
+// password of HTTP basic auth (what a browser sends after its login prompt),
+// and challenges a request without a valid key to log in.
 func requireAdminBasic(logger *slog.Logger, l *ledger.Ledger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret, ok := "", false
-		if _, password, basic := r.BasicAuth(); basic {
-			secret, ok = password, password != ""
-		} else if scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); strings.EqualFold(scheme, "Bearer") {
-			secret, ok = strings.TrimSpace(token), strings.TrimSpace(token) != ""
+		secret := bearerToken(r)
+		if _, password, ok := r.BasicAuth(); ok {
+			secret = password
 		}
-		var key *ledger.APIKey
-		var err error
-		if ok {
-			key, err = l.APIKeyAuthenticate(r.Context(), secret)
-		}
-		switch {
-		case !ok || errors.Is(err, ledger.ErrUnauthenticated):
+		if secret == "" {
 			w.Header().Set("WWW-Authenticate", riverUIRealm)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
-				Detail: "the River UI needs an API key with the admin scope: log in with any user name and the key as the password"})
-			return
-		case err != nil:
-			writeInternal(logger, w, r, err)
-			return
-		case !key.Has(ledger.ScopeAdmin):
-			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
-				Detail: "the River UI needs an API key with the admin scope"})
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: riverUILogin})
 			return
 		}
-		if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
-			h.key = key
+		if authorize(logger, l, w, r, secret, ledger.ScopeAdmin, riverUIRealm, riverUILogin) {
+			next.ServeHTTP(w, r)
 		}
-		next.ServeHTTP(w, r)
 	})
 }
 
@@ -195,37 +232,5 @@ func handleRiverUILogin() http.Handler {
 			scheme = "https"
 		}
 		http.Redirect(w, r, scheme+"://"+r.Host+next, http.StatusSeeOther)
-	})
-}
-
-func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
-				Detail: "send an API key as Authorization: Bearer <key>; create one with billingctl apikey create"})
-			return
-		}
-		key, err := l.APIKeyAuthenticate(r.Context(), strings.TrimSpace(secret))
-		if err == ledger.ErrUnauthenticated {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tally", error="invalid_token"`)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
-				Detail: "the API key is unknown or revoked"})
-			return
-		}
-		if err != nil {
-			writeInternal(logger, w, r, err)
-			return
-		}
-		if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
-			h.key = key
-		}
-		if !key.Has(scope) {
-			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
-				Detail: fmt.Sprintf("this API key lacks the %s scope that this request needs", scope)})
-			return
-		}
-		next.ServeHTTP(w, r)
 	})
 }
