@@ -119,7 +119,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, rs *reques
 
 	rs.outcome = result.outcome
 	if result.drop {
-		dropConnection(w)
+		dropConnection(w, rs)
 		return
 	}
 	s.writeJSONBytes(w, result.status, result.body)

@@ -24,6 +24,10 @@ type Server struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 
+	// requestsMu guards stats.Requests alone, so a request can be counted while its handler
+	// holds mu. Lock order: mu, then requestsMu.
+	requestsMu sync.Mutex
+
 	mu                 sync.Mutex
 	clockOffset        time.Duration
 	seq                int64
@@ -110,7 +114,9 @@ func (s *Server) resetLocked() {
 	s.idempotencyInserts = 0
 	s.events = nil
 	s.eventsByID = map[string]*Event{}
+	s.requestsMu.Lock()
 	s.stats = Stats{Requests: map[string]map[string]int{}}
+	s.requestsMu.Unlock()
 	s.webhookMode = WebhookMode{
 		URL:           s.cfg.WebhookURL,
 		ReorderWindow: WebhookReorderWindowDefault,
@@ -124,12 +130,32 @@ type requestState struct {
 	requestID      string
 	idempotencyKey string
 	outcome        string
+
+	// count records the request in Stats once. It runs before the first byte of the answer is
+	// written (and before a connection is dropped), so a client that has its answer always
+	// finds its request counted.
+	count   func()
+	counted bool
 }
 
-// statusWriter remembers the status code written. Unwrap lets http.ResponseController reach
-// the underlying writer (Hijack for drop_after_create).
+// countOnce runs rs.count the first time it is called.
+func (rs *requestState) countOnce() {
+	if rs.counted {
+		return
+	}
+	rs.counted = true
+	if rs.outcome == "" {
+		rs.outcome = "ok"
+	}
+	rs.count()
+}
+
+// statusWriter remembers the status code written and counts the request before the answer
+// leaves. Unwrap lets http.ResponseController reach the underlying writer (Hijack for
+// drop_after_create).
 type statusWriter struct {
 	http.ResponseWriter
+	rs     *requestState
 	status int
 }
 
@@ -137,6 +163,7 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(status int) {
 	if w.status == 0 {
 		w.status = status
+		w.rs.countOnce()
 	}
 	w.ResponseWriter.WriteHeader(status)
 }
@@ -145,6 +172,7 @@ func (w *statusWriter) WriteHeader(status int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.rs.countOnce()
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -157,7 +185,12 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) stripeHandler(h func(http.ResponseWriter, *http.Request, *requestState)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rs := &requestState{requestID: idRequest()}
-		sw := &statusWriter{ResponseWriter: w}
+		endpoint := r.Pattern
+		if endpoint == "" || endpoint == "/v1/" {
+			endpoint = "unrecognized"
+		}
+		rs.count = func() { s.statsRecordRequest(endpoint, rs.outcome) }
+		sw := &statusWriter{ResponseWriter: w, rs: rs}
 		sw.Header().Set("Request-Id", rs.requestID)
 		version := r.Header.Get("Stripe-Version")
 		if version == "" {
@@ -175,14 +208,7 @@ func (s *Server) stripeHandler(h func(http.ResponseWriter, *http.Request, *reque
 			h(sw, r, rs)
 		}
 
-		if rs.outcome == "" {
-			rs.outcome = "ok"
-		}
-		endpoint := r.Pattern
-		if endpoint == "" || endpoint == "/v1/" {
-			endpoint = "unrecognized"
-		}
-		s.statsRecordRequest(endpoint, rs.outcome)
+		rs.countOnce() // a handler that wrote nothing
 		s.logger.Info("stripe request",
 			"method", r.Method,
 			"path", r.URL.Path,
@@ -240,8 +266,10 @@ func (s *Server) latencyApply(ctx context.Context, customer string) bool {
 	return sleepCtx(ctx, f.Latency)
 }
 
-// dropConnection closes the client connection without writing a response.
-func dropConnection(w http.ResponseWriter) {
+// dropConnection counts the request, then closes the client connection without writing a
+// response.
+func dropConnection(w http.ResponseWriter, rs *requestState) {
+	rs.countOnce()
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler) // HTTP/2 or a writer that cannot hijack: abort the stream

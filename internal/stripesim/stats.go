@@ -48,6 +48,8 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.requestsMu.Lock()
+	defer s.requestsMu.Unlock()
 	out := s.stats
 	out.Requests = make(map[string]map[string]int, len(s.stats.Requests))
 	for endpoint, outcomes := range s.stats.Requests {
@@ -56,9 +58,10 @@ func (s *Server) Stats() Stats {
 	return out
 }
 
+// statsRecordRequest counts one request. It takes requestsMu only: the caller may hold mu.
 func (s *Server) statsRecordRequest(endpoint, outcome string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.requestsMu.Lock()
+	defer s.requestsMu.Unlock()
 	byOutcome, ok := s.stats.Requests[endpoint]
 	if !ok {
 		byOutcome = map[string]int{}
