@@ -304,13 +304,15 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 // killSwitch pauses charging with billingctl, checks that the simulator
 // records no new PaymentIntent once the calls already past their claim had
 // time to finish (pauseGrace), and resumes. A PaymentIntent created after the
-// grace is a violation, recorded in r.pauseLeaks.
+// grace is a violation, recorded in r.pauseLeaks. The resume outlives ctx
+// (the load may end during the drill): a drill that paused always resumes, or
+// the run's charges would wait for ever.
 func (r *run) killSwitch(ctx context.Context) {
-	ctl := func(args ...string) error {
+	ctl := func(ctx context.Context, args ...string) error {
 		_, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, args...)
 		return err
 	}
-	if err := ctl("charging", "pause", "--reason", "chaos: kill switch drill"); err != nil {
+	if err := ctl(ctx, "charging", "pause", "--reason", "chaos: kill switch drill"); err != nil {
 		r.logf("pause failed: %v", err)
 		return
 	}
@@ -330,10 +332,13 @@ func (r *run) killSwitch(ctx context.Context) {
 	if before >= 0 && after > before {
 		r.pauseLeaks = after - before
 	}
-	for err := ctl("charging", "resume", "--reason", "chaos: drill over"); err != nil; err = ctl("charging", "resume", "--reason", "chaos: drill over") {
+	resumeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resumeTimeout)
+	defer cancel()
+	for err := ctl(resumeCtx, "charging", "resume", "--reason", "chaos: drill over"); err != nil; err = ctl(resumeCtx, "charging", "resume", "--reason", "chaos: drill over") {
 		r.logf("resume failed (retrying): %v", err)
 		select {
-		case <-ctx.Done():
+		case <-resumeCtx.Done():
+			r.logf("charging left paused: no resume in %s", resumeTimeout)
 			return
 		case <-time.After(time.Second):
 		}

@@ -65,4 +65,8 @@ const (
 	// long after that no new one may appear.
 	pauseGrace = 2*stripeTimeout + stripeLatency + time.Second
 	pauseCheck = 4 * time.Second
+
+	// resumeTimeout bounds the retries of the drill's resume (Postgres may be
+	// restarting meanwhile).
+	resumeTimeout = time.Minute
 )
