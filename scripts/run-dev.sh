@@ -4,7 +4,10 @@
 #   → cmd/stripesim on 127.0.0.1:12111 (background) → cmd/server on 127.0.0.1:8080 (foreground).
 # Binaries are built into .tmp/bin (not `go run`) so signals reach the real processes.
 # Ctrl-C (or SIGTERM to this script) stops the server gracefully, then the simulator.
-# Env: TALLY_PERIOD (default hour), STRIPESIM_FLAGS (extra stripesim flags, word-split).
+# Env: TALLY_PERIOD (default hour), STRIPESIM_FLAGS (extra stripesim flags, word-split);
+#   TALLY_DEV_HTTP_ADDR, TALLY_DEV_SIM_ADDR, TALLY_DEV_DB and TALLY_DEV_KEY_FILE move the stack
+#   (defaults 127.0.0.1:8080, 127.0.0.1:12111, database tally, .tmp/dev-api-key): the README
+#   test runs a second stack beside yours with them.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -12,8 +15,10 @@ cd "$REPO_ROOT"
 BIN="$REPO_ROOT/.tmp/bin"
 GO="${GO:-go}"
 
-HTTP_ADDR="127.0.0.1:8080"
-SIM_ADDR="127.0.0.1:12111"
+HTTP_ADDR="${TALLY_DEV_HTTP_ADDR:-127.0.0.1:8080}"
+SIM_ADDR="${TALLY_DEV_SIM_ADDR:-127.0.0.1:12111}"
+DB_NAME="${TALLY_DEV_DB:-tally}"
+KEY_FILE="${TALLY_DEV_KEY_FILE:-$REPO_ROOT/.tmp/dev-api-key}"
 SCOPES="usage:write,customers:write,billing:read,admin"
 
 log() { printf '[run-dev] %s\n' "$*" >&2; }
@@ -28,7 +33,7 @@ port_in_use "$HTTP_ADDR" && die "$HTTP_ADDR is already in use (another tally ser
 port_in_use "$SIM_ADDR" && die "$SIM_ADDR is already in use (a leftover stripesim?)"
 
 admin_url="$(bash scripts/ensure-postgres.sh)"
-DATABASE_URL="$(bash scripts/ensure-db.sh tally "$admin_url")"
+DATABASE_URL="$(bash scripts/ensure-db.sh "$DB_NAME" "$admin_url")"
 export DATABASE_URL
 
 log "building cmd/{server,migrate,billingctl,stripesim} into .tmp/bin"
@@ -42,7 +47,9 @@ log "creating a dev API key"
 key="$("$BIN/billingctl" apikey create --name dev --scopes "$SCOPES")"
 key="${key//[[:space:]]/}"
 [[ -n $key ]] || die "billingctl apikey create printed no key"
-(umask 077 && printf '%s\n' "$key" >"$REPO_ROOT/.tmp/dev-api-key")
+mkdir -p "$(dirname "$KEY_FILE")"
+(umask 077 && printf '%s\n' "$key" >"$KEY_FILE")
+key_file_shown="${KEY_FILE#"$REPO_ROOT"/}"
 
 export TALLY_HTTP_ADDR="$HTTP_ADDR"
 export STRIPE_API_KEY="sk_test_tally_dev"
@@ -60,7 +67,7 @@ cat <<EOF
   │
   │ Dev API key  ($SCOPES)
   │   $key
-  │ (also saved in .tmp/dev-api-key)
+  │ (also saved in $key_file_shown)
   │
   │ Paste into another shell:
   │   export TALLY_KEY=$(printf '%q' "$key")
