@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -119,7 +120,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if stateLedger == nil {
 		stateLedger, statePool = workerLedger, workerPool
 	}
-	m.Register(metrics.NewStateCollector(readState(stateLedger, statePool), cfg.MetricsStateInterval, logger))
+	m.Register(metrics.NewStateCollector(readState(stateLedger, statePool, cfg.MetricsStateInterval), cfg.MetricsStateInterval, logger))
 
 	var srv *http.Server
 	serveErr := make(chan error, 1)
@@ -255,15 +256,27 @@ func isDatabaseError(err error) bool {
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)
 }
 
-// readState reads the state gauges from the ledger and River's table.
-func readState(l *ledger.Ledger, pool *pgxpool.Pool) metrics.StateFunc {
-	age := func(now time.Time, since *time.Time) float64 {
-		if since == nil {
-			return 0
-		}
-		return max(now.Sub(*since).Seconds(), 0)
-	}
-	return func(ctx context.Context) (*metrics.State, error) {
+// stateSnapshot is the shared snapshot of the state gauges
+// (ledger.OperationsSnapshotGet): the ledger's work in flight and River's
+// jobs, with the times ages are measured from, so a replica reading it later
+// shows ages as of its read.
+type stateSnapshot struct {
+	Ops                  *ledger.OperationsState `json:"ops"`
+	Jobs                 []stateJobs             `json:"jobs"`
+	ChargeAvailableSince *time.Time              `json:"charge_available_since"`
+}
+
+type stateJobs struct {
+	Queue string `json:"queue"`
+	State string `json:"state"`
+	N     int64  `json:"n"`
+}
+
+// readState reads the state gauges from the snapshot every replica shares,
+// taken again from the ledger and River's table by one replica once it is
+// interval old.
+func readState(l *ledger.Ledger, pool *pgxpool.Pool, interval time.Duration) metrics.StateFunc {
+	take := func(ctx context.Context) (json.RawMessage, error) {
 		ops, err := l.OperationsStateGet(ctx)
 		if err != nil {
 			return nil, err
@@ -272,11 +285,34 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool) metrics.StateFunc {
 		if err != nil {
 			return nil, err
 		}
+		snap := stateSnapshot{Ops: ops, ChargeAvailableSince: queue.ChargeAvailableSince}
+		for k, n := range queue.Jobs {
+			snap.Jobs = append(snap.Jobs, stateJobs{Queue: k[0], State: k[1], N: n})
+		}
+		return json.Marshal(snap)
+	}
+	age := func(now time.Time, since *time.Time) float64 {
+		if since == nil {
+			return 0
+		}
+		return max(now.Sub(*since).Seconds(), 0)
+	}
+	return func(ctx context.Context) (*metrics.State, error) {
+		stored, err := l.OperationsSnapshotGet(ctx, interval, take)
+		if err != nil {
+			return nil, err
+		}
+		var snap stateSnapshot
+		if err := json.Unmarshal(stored.State, &snap); err != nil || snap.Ops == nil {
+			return nil, fmt.Errorf("error decoding the operations snapshot taken at %s: %v", stored.TakenAt, err)
+		}
+		ops, now := snap.Ops, stored.Now
 		st := &metrics.State{
 			Charges: map[string]float64{}, Held: map[string]float64{}, Jobs: map[[2]string]float64{}, StripeEvents: map[string]float64{},
-			CloseOverdueSeconds: age(ops.Now, ops.CloseOverdueSince), UnsettledSeconds: age(ops.Now, ops.UnsettledSince),
-			OutboxLagSeconds: age(ops.Now, queue.ChargeAvailableSince), StripeEventOldestSeconds: age(ops.Now, ops.StripeEventSince),
+			CloseOverdueSeconds: age(now, ops.CloseOverdueSince), UnsettledSeconds: age(now, ops.UnsettledSince),
+			OutboxLagSeconds: age(now, snap.ChargeAvailableSince), StripeEventOldestSeconds: age(now, ops.StripeEventSince),
 			ChargingPaused: ops.ChargingPausedSince != nil,
+			AgeSeconds:     age(now, &stored.TakenAt),
 		}
 		for status, n := range ops.Charges {
 			st.Charges[string(status)] = float64(n)
@@ -284,8 +320,8 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool) metrics.StateFunc {
 		for reason, n := range ops.Held {
 			st.Held[string(reason)] = float64(n)
 		}
-		for k, n := range queue.Jobs {
-			st.Jobs[k] = float64(n)
+		for _, j := range snap.Jobs {
+			st.Jobs[[2]string{j.Queue, j.State}] = float64(j.N)
 		}
 		for status, n := range ops.StripeEvents {
 			st.StripeEvents[status] = float64(n)
