@@ -70,12 +70,15 @@ failover: ## failover drill: replication stalled, primary killed, standby promot
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-lint: ## go vet + gofmt check (+ shellcheck when installed)
-	$(GO) vet $(PKGS)
+lint: ## gofmt, go vet, go mod tidy -diff, golangci-lint (.golangci.yml), shellcheck; CI runs it before make test
+	bash scripts/ensure-tools.sh lint
 	unformatted="$$(find . \( -path ./.git -o -path ./.tmp -o -path ./bin -o -path ./vendor \) -prune \
 	  -o -name '*.go' -print0 | xargs -0 -r gofmt -l)"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt -l reports unformatted files:" >&2; echo "$$unformatted" >&2; exit 1; fi
-	if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh scripts/lib/*.sh .ci/run; fi
+	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
+	$(GOPATH_BIN)/golangci-lint run $(PKGS)
+	shellcheck -x scripts/*.sh scripts/lib/*.sh .ci/run
 
 build: ## build all binaries into bin/
 	mkdir -p bin

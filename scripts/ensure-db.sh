@@ -7,11 +7,9 @@ set -euo pipefail
 exec 3>&1 1>&2 # fd 3 = real stdout, for the URL only
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
-log() { printf '[ensure-db] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG=ensure-db
+# shellcheck source=lib/common.sh
+source "$REPO_ROOT/scripts/lib/common.sh"
 
 [[ $# -ge 1 && $# -le 2 ]] || die "usage: $0 NAME [ADMIN_URL]"
 name="$1"

@@ -224,7 +224,7 @@ fi
 pick_port() {
   local p="$PG_DEFAULT_PORT" i
   for ((i = 0; i < 200; i++)); do
-    if ! port_in_use "$p"; then
+    if ! port_in_use "127.0.0.1:$p"; then
       printf '%s\n' "$p"
       return 0
     fi

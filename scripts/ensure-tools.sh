@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install the dev/test tools into $(go env GOPATH)/bin if missing or at the wrong version.
+# Install the dev tools into $(go env GOPATH)/bin if missing or at the wrong version:
+#   scripts/ensure-tools.sh        the test tools (stripe-mock, helm, promtool, chromium)
+#   scripts/ensure-tools.sh lint   the linters (golangci-lint, shellcheck)
 # Idempotent; prints nothing on stdout (logs to stderr). Callers use e.g.
 #   "$(go env GOPATH)/bin/stripe-mock"
 set -euo pipefail
@@ -8,7 +10,9 @@ exec 1>&2 # nothing on stdout
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 GO="${GO:-go}"
-log() { printf '[ensure-tools] %s\n' "$*" >&2; }
+LOG_TAG=ensure-tools
+# shellcheck source=lib/common.sh
+source "$REPO_ROOT/scripts/lib/common.sh"
 
 gopath="$("$GO" env GOPATH)"
 bindir="${gopath%%:*}/bin" # first GOPATH entry, as go install uses
@@ -34,8 +38,6 @@ install_tool() {
   (cd / && GOBIN="$bindir" GOFLAGS='' "$GO" install "$pkg@$version")
 }
 
-install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
-install_tool helm helm.sh/helm/v3/cmd/helm v3.22.0
 
 # promtool (Prometheus' checker of metrics and rules) from Debian's prometheus
 # package: extracted from the .deb into $bindir rather than installed, so no
@@ -56,16 +58,28 @@ ensure_promtool() {
   rm -rf "$work"
 }
 
-ensure_promtool
-
-# Headless Chromium (Debian's chromium) for the River UI browser test.
-ensure_chromium() {
-  if command -v chromium >/dev/null; then
+# ensure_deb NAME WHY: apt-get install Debian's package NAME (its command has the same name)
+# unless the command exists. Chromium runs the River UI browser test headless; shellcheck lints.
+ensure_deb() {
+  local name="$1" why="$2"
+  if command -v "$name" >/dev/null; then
     return 0
   fi
-  log "installing chromium (Debian package) for the browser tests"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 ||
-    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
+  log "installing $name (Debian package) for $why"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$name" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$name" >/dev/null; }
 }
 
-ensure_chromium
+case "${1:-test}" in
+test)
+  install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
+  install_tool helm helm.sh/helm/v3/cmd/helm v3.22.0
+  ensure_promtool
+  ensure_deb chromium "the browser tests"
+  ;;
+lint)
+  install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint v2.15.0
+  ensure_deb shellcheck "make lint"
+  ;;
+*) die "usage: $0 [test|lint]" ;;
+esac

@@ -21,12 +21,9 @@ DB_NAME="${TALLY_DEV_DB:-tally}"
 KEY_FILE="${TALLY_DEV_KEY_FILE:-$REPO_ROOT/.tmp/dev-api-key}"
 SCOPES="usage:write,customers:write,billing:read,admin"
 
-log() { printf '[run-dev] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
-port_in_use() { (: <>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+LOG_TAG=run-dev
+# shellcheck source=lib/common.sh
+source "$REPO_ROOT/scripts/lib/common.sh"
 
 # Fail early, before building, if the ports are taken (e.g. a previous run still alive).
 port_in_use "$HTTP_ADDR" && die "$HTTP_ADDR is already in use (another tally server?)"

@@ -19,8 +19,15 @@ import (
 	"github.com/tally-billing/tally/internal/testtool"
 )
 
-// getBasic GETs url with basic auth (user, password) when password is set.
-func getBasic(t *testing.T, url, password string) (*http.Response, string) {
+// basicAnswer is the status and headers of an answer getBasic read.
+type basicAnswer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// getBasic GETs url with basic auth (user, password) when password is set,
+// and returns the answer and its body.
+func getBasic(t *testing.T, url, password string) (basicAnswer, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
@@ -32,7 +39,7 @@ func getBasic(t *testing.T, url, password string) (*http.Response, string) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, string(body)
+	return basicAnswer{StatusCode: resp.StatusCode, Header: resp.Header}, string(body)
 }
 
 // River's own UI at /riverui/: only for admin keys (basic auth, as a browser

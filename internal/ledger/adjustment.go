@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,7 +50,7 @@ func (p *ChargeAdjustmentParams) observedAt() time.Time {
 func adjustmentChargeTx(ctx context.Context, tx pgx.Tx, existingSQL string, p ChargeAdjustmentParams) (int64, error) {
 	var id *int64
 	err := tx.QueryRow(ctx, existingSQL, p.StripeID).Scan(&id)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("error reading %s: %w", p.StripeID, err)
 	}
 	if id != nil {

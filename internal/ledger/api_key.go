@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -141,7 +142,7 @@ func (l *Ledger) APIKeyAuthenticate(ctx context.Context, secret string) (*APIKey
 	key, err := scanAPIKey(l.pool.QueryRow(ctx, `
 SELECT `+apiKeyColumns+` FROM billing.api_keys
 WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hash[:]))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -155,7 +156,7 @@ func collectCharges(rows pgx.Rows) ([]*Charge, error) {
 func chargeGetTx(ctx context.Context, tx pgx.Tx, customerID, period string) (*Charge, error) {
 	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("charge of %s/%s %w", customerID, period, ErrNotFound)
 	}
 	return c, err
@@ -164,7 +165,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period
 // ChargeGet returns the charge with id, or ErrNotFound.
 func (l *Ledger) ChargeGet(ctx context.Context, id int64) (*Charge, error) {
 	c, err := scanCharge(l.pool.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, id))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("charge %d %w", id, ErrNotFound)
 	}
 	if err != nil {
@@ -242,7 +243,7 @@ SELECT c.customer_id, c.period, p.charge_job_id FROM billing.charges c
 JOIN billing.periods p ON p.customer_id = c.customer_id AND p.period = c.period
 WHERE c.id = $1
 FOR UPDATE OF p`, chargeID).Scan(&customerID, &period, &jobID)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("charge %d %w", chargeID, ErrNotFound)
 		}
 		if err != nil {

@@ -219,7 +219,7 @@ func (l *Ledger) PeriodSpendGet(ctx context.Context, period, currency string) (*
 	s := &PeriodSpend{Period: period, Currency: currency}
 	err := l.pool.QueryRow(ctx, `SELECT reserved_cents FROM billing.period_spend WHERE period = $1 AND currency = $2`,
 		period, currency).Scan(&s.ReservedCents)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading spend of %s %s: %w", period, currency, err)
 	}
 	return s, nil

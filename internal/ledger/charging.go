@@ -71,7 +71,7 @@ func (l *Ledger) chargingGetTx(ctx context.Context, tx pgx.Tx) (*ChargingStatus,
 	err = tx.QueryRow(ctx, `
 SELECT action, actor, reason, created_at FROM billing.operator_actions
 WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`).Scan(&action, &by, &reason, &at)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading the last pause or resume: %w", err)
 	}
 	switch {

@@ -24,7 +24,7 @@ func Build(ctx context.Context, repoDir, dir string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/server", "./cmd/stripesim", "./cmd/billingctl", "./cmd/migrate")
 	cmd.Dir = repoDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v: %s", err, out)
+		return fmt.Errorf("go build: %w: %s", err, out)
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func RunTool(ctx context.Context, bin string, env []string, args ...string) (str
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("%s %v: %v: %s", filepath.Base(bin), args, err, out)
+		return string(out), fmt.Errorf("%s %v: %w: %s", filepath.Base(bin), args, err, out)
 	}
 	return string(out), nil
 }
@@ -183,8 +183,11 @@ func RunTool(ctx context.Context, bin string, env []string, args ...string) (str
 func ModuleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module (go env GOMOD: %q, %v): run from inside the Tally repository", gomod, err)
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module (go env GOMOD: %q): run from inside the Tally repository", gomod)
 	}
 	return filepath.Dir(gomod), nil
 }

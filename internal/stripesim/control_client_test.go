@@ -138,7 +138,7 @@ func TestControlClient(t *testing.T) {
 
 		require.NoError(t, control.FaultAdd(ctx, Fault{Customer: "cus_a", Kind: FaultKindError500AfterCreate, Count: 1}))
 		_, err = bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 1000, "k1"))
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		require.NoError(t, control.FaultAdd(ctx, Fault{Customer: "cus_a", Kind: FaultKindProcessing, Count: 1}))
 		processing, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 2000, "k2"))
 		require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestControlClient(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, control.FaultAdd(ctx, Fault{Customer: "cus_a", Kind: FaultKindError500AfterCreate, Count: 1}))
 		_, err = bundle.api.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Amount: stripe.Int64(100)})
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		_, err = control.ChargeRefund(ctx, pi.LatestCharge.ID, 250)
 		require.NoError(t, err)
 

@@ -113,7 +113,7 @@ func TestFault(t *testing.T) {
 
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindError500AfterCreate, Count: 1}))
 		_, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 700, "k1"))
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		var apiErr *stripe.APIError
 		require.ErrorAs(t, err, &apiErr)
 
@@ -143,7 +143,7 @@ func TestFault(t *testing.T) {
 
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindError500BeforeCreate, Count: 1}))
 		_, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 700, "k1"))
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		require.Empty(t, bundle.sim.PaymentIntentList())
 
 		// Stored: the same key keeps getting the 500 until it expires.

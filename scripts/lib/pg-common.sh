@@ -12,11 +12,9 @@ PG_DEFAULT_PORT="${TALLY_PG_PORT:-55432}"
 # Fallback base when user postgres cannot reach .tmp (e.g. repo under /root): short, per-repo.
 PG_ALT_BASE="/tmp/tally-pg-$(printf '%s' "$REPO_ROOT" | sha256sum | cut -c1-12)"
 
-log() { printf '[%s] %s\n' "${LOG_TAG:-pg}" "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG="${LOG_TAG:-pg}"
+# shellcheck source=common.sh
+source "$REPO_ROOT/scripts/lib/common.sh"
 
 # Run a command as the cluster owner: user postgres when we are root (Postgres refuses
 # to run as root), otherwise as ourselves. cd / so an unreadable cwd can't break initdb.
@@ -75,7 +73,3 @@ pg_running_port() {
   printf '%s\n' "$port"
 }
 
-# Succeeds if something accepts TCP connections on 127.0.0.1:$1.
-port_in_use() {
-  (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
