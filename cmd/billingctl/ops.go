@@ -17,6 +17,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // redrive retries discarded charge_period and stripe_event jobs.
@@ -137,12 +138,12 @@ func recoverAfterLoss(ctx context.Context, l *ledger.Ledger, getenv func(string)
 
 // stripeFromEnv returns the Stripe client that STRIPE_API_KEY,
 // STRIPE_API_BASE and STRIPE_TIMEOUT describe.
-func stripeFromEnv(getenv func(string) string) (*jobs.StripeAPI, error) {
+func stripeFromEnv(getenv func(string) string) (*stripeapi.Client, error) {
 	key := getenv("STRIPE_API_KEY")
 	if key == "" {
 		return nil, errors.New("STRIPE_API_KEY is required (and STRIPE_API_BASE for the simulator)")
 	}
-	timeout := jobs.StripeTimeoutDefault
+	timeout := stripeapi.TimeoutDefault
 	if v := getenv("STRIPE_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -150,7 +151,7 @@ func stripeFromEnv(getenv func(string) string) (*jobs.StripeAPI, error) {
 		}
 		timeout = d
 	}
-	return jobs.NewStripeAPI(jobs.StripeConfig{APIKey: key, BaseURL: getenv("STRIPE_API_BASE"), Timeout: timeout}), nil
+	return stripeapi.New(stripeapi.Config{APIKey: key, BaseURL: getenv("STRIPE_API_BASE"), Timeout: timeout}), nil
 }
 
 func paymentIntentsSummary(pis []*stripe.PaymentIntent) string {

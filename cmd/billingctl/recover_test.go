@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
 	"github.com/tally-billing/tally/internal/testdb"
 )
@@ -32,7 +33,7 @@ func TestRecover(t *testing.T) {
 	env := func(k string) string {
 		return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}[k]
 	}
-	s := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: "sk_test_recover", BaseURL: srv.URL})
+	s := stripeapi.New(stripeapi.Config{APIKey: "sk_test_recover", BaseURL: srv.URL})
 
 	// Closed, pending charges: "paid" was charged before the restore and
 	// Stripe has its PaymentIntent; "twice" has two; "fresh" has none.

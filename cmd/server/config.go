@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // Roles a replica can run.
@@ -29,8 +30,6 @@ const (
 	// state gauges (charges in flight, ages, River's jobs) from Postgres,
 	// however often it is scraped.
 	metricsStateIntervalDefault = 15 * time.Second
-	workersDefault              = 50
-	stripeTimeoutDefault        = 30 * time.Second
 	shutdownTimeoutDefault      = 25 * time.Second
 
 	// apiDBMaxConnsDefault and workerDBMaxConnsDefault size the two pools
@@ -128,7 +127,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		MetricsAddr:          get("TALLY_METRICS_ADDR", metricsAddrDefault),
 		MetricsToken:         get("TALLY_METRICS_TOKEN", ""),
 		MetricsStateInterval: duration("TALLY_METRICS_STATE_INTERVAL", metricsStateIntervalDefault),
-		Workers:              int(integer("TALLY_WORKERS", workersDefault, 1, 10000)),
+		Workers:              int(integer("TALLY_WORKERS", jobs.ConcurrencyDefault, 1, 10000)),
 		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
 		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
 		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
@@ -140,7 +139,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		StripeAPIKey:         get("STRIPE_API_KEY", ""),
 		StripeAPIBase:        get("STRIPE_API_BASE", ""),
 		StripeWebhookSecret:  get("STRIPE_WEBHOOK_SECRET", ""),
-		StripeTimeout:        duration("STRIPE_TIMEOUT", stripeTimeoutDefault),
+		StripeTimeout:        duration("STRIPE_TIMEOUT", stripeapi.TimeoutDefault),
 		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
 	}
 	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the

@@ -26,6 +26,7 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/metrics"
 	"github.com/tally-billing/tally/internal/schema"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // run is the whole program: it reads the configuration from getenv, starts
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer queuePool.Close()
 		worker, err = jobs.NewWorkerClient(queuePool, jobs.WorkerConfig{
 			Ledger: workerLedger,
-			Stripe: jobs.NewStripeAPI(jobs.StripeConfig{
+			Stripe: stripeapi.New(stripeapi.Config{
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger, Metrics: m,
 				MaxIdleConns: cfg.Workers + 8, // every worker, and the reconciler and sweeps beside them
 			}),

@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/schema"
 )
@@ -69,10 +70,10 @@ var Phases = []string{
 
 // Fixed shapes of the workload.
 const (
-	batchSize    = 1000 // events per batch (the API's maximum) and rows per COPY
-	copyWriters  = 2    // raw_copy and ingest_batch clients
-	loadClients  = 4    // clients loading events before ingest_after_load
-	workersTally = 50   // cmd/server's TALLY_WORKERS default (workersDefault in cmd/server/config.go)
+	batchSize    = 1000                    // events per batch (the API's maximum) and rows per COPY
+	copyWriters  = 2                       // raw_copy and ingest_batch clients
+	loadClients  = 4                       // clients loading events before ingest_after_load
+	workersTally = jobs.ConcurrencyDefault // cmd/server's TALLY_WORKERS default
 )
 
 // Config configures a run. DefaultConfig and ShortConfig give complete ones.

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // Timing of the charge path, derived from the Stripe timeout T so that the
@@ -159,8 +160,8 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		w.release(ctx, claim, logger)
 		return err
 	}
-	pi, err := w.stripe.PaymentIntentCreate(ctx, paymentIntentParams(claim.Charge))
-	outcome := classify(pi, err)
+	pi, err := w.stripe.PaymentIntentCreate(ctx, stripeapi.PaymentIntentParams(claim.Charge))
+	outcome := stripeapi.Classify(pi, err)
 	if err := w.crash(crashAfterStripe); err != nil {
 		return err
 	}
@@ -280,7 +281,7 @@ func (w *ChargePeriodWorker) release(ctx context.Context, claim *ledger.Claim, l
 func (w *ChargePeriodWorker) snapshotPaymentMethod(ctx context.Context, charge *ledger.Charge) (*ledger.Charge, error) {
 	cust, err := w.stripe.CustomerGet(ctx, charge.StripeCustomerID)
 	if err != nil {
-		o := classify(nil, err)
+		o := stripeapi.Classify(nil, err)
 		if o.Class == ledger.OutcomeFailed {
 			return charge, nil // e.g. no such customer: the create will fail the charge with Stripe's code
 		}

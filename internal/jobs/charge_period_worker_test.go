@@ -18,6 +18,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
@@ -28,7 +29,7 @@ const waitTimeout = 90 * time.Second
 type testBundle struct {
 	*ledgertest.Bundle
 	sim           *stripesim.Server
-	stripe        *jobs.StripeAPI
+	stripe        *stripeapi.Client
 	stripeTimeout time.Duration
 	worker        *river.Client[pgx.Tx]
 	crash         *crashOnce
@@ -105,7 +106,7 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	if opts.stripeTimeout == 0 {
 		opts.stripeTimeout = 5 * time.Second
 	}
-	stripe := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
+	stripe := stripeapi.New(stripeapi.Config{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
 	crash := &crashOnce{point: opts.crashAt}
 	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash}
 	bundle.worker = bundle.startWorker(t, ctx)

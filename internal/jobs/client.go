@@ -14,6 +14,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/schema"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // NewInsertClient returns a River client that inserts jobs but works none,
@@ -29,6 +30,11 @@ func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx
 	return client, nil
 }
 
+// ConcurrencyDefault is WorkerConfig.Concurrency (TALLY_WORKERS) when zero:
+// charge jobs spend most of their time waiting on Stripe, holding no
+// connection, so one replica works many at once.
+const ConcurrencyDefault = 50
+
 // WorkerConfig configures a worker replica's River client.
 type WorkerConfig struct {
 	// Ledger runs every step of the jobs. Required.
@@ -39,10 +45,11 @@ type WorkerConfig struct {
 
 	// StripeTimeout is the bound on one Stripe call, from which the job
 	// timeout, lease and rescue delay follow (ChargeTimings). Default
-	// StripeTimeoutDefault.
+	// stripeapi.TimeoutDefault.
 	StripeTimeout time.Duration
 
-	// Concurrency is the number of charge jobs worked at once. Default 50.
+	// Concurrency is the number of charge jobs worked at once. Default
+	// ConcurrencyDefault.
 	Concurrency int
 
 	// Logger receives River's and the workers' logs. Required.
@@ -98,10 +105,10 @@ type WorkerConfig struct {
 // worker registered. Start it to begin working.
 func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx.Tx], error) {
 	if config.StripeTimeout == 0 {
-		config.StripeTimeout = StripeTimeoutDefault
+		config.StripeTimeout = stripeapi.TimeoutDefault
 	}
 	if config.Concurrency == 0 {
-		config.Concurrency = 50
+		config.Concurrency = ConcurrencyDefault
 	}
 	jobTimeout, leaseTTL, rescueAfter := ChargeTimings(config.StripeTimeout)
 	worker := &ChargePeriodWorker{

@@ -10,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // lookupLookback is how long before the charge's period began the search for
@@ -63,7 +64,7 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent, livemode bo
 			// another environment, a bug): a human decides.
 			return ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldPaymentIntentMismatch, ErrorMessage: why}, true
 		}
-		o = outcomeFromPaymentIntent(pi)
+		o = stripeapi.OutcomeOf(pi)
 		o.ResolvedBy = "reconcile"
 		return o, true
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
 // QueueWebhooks is the queue of stripe_event jobs.
@@ -81,7 +82,7 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		if ns := pi.Metadata["tally_namespace"]; ns != "" && ns != w.ledger.Namespace() {
 			return ledger.StripeEventIgnored, "PaymentIntent " + pi.ID + " is namespace " + ns + "'s, another deployment's", nil
 		}
-		o := outcomeFromPaymentIntent(&pi)
+		o := stripeapi.OutcomeOf(&pi)
 		o.ResolvedBy = actor
 		facts := paymentIntentFacts(&pi)
 		c, changed, err := w.ledger.ChargeResolveTx(ctx, tx, ledger.ChargeResolveParams{

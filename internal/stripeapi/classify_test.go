@@ -1,4 +1,4 @@
-package jobs
+package stripeapi
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o := classify(tt.pi, tt.err)
+			o := Classify(tt.pi, tt.err)
 			require.Equal(t, tt.class, o.Class)
 			require.Equal(t, tt.code, o.ErrorCode)
 			if tt.pi != nil {
@@ -74,7 +74,7 @@ func TestPaymentIntentParams(t *testing.T) {
 	c := &ledger.Charge{ID: 7, CustomerID: "acme", Period: "2026-11", AmountCents: 1234, Currency: "eur",
 		StripeCustomerID: "cus_1", StripePaymentMethodID: &pm, ChargeKey: ledger.ChargeKey("", "acme", "2026-11"),
 		IdempotencyKey: ledger.ChargeIdempotencyKey("", "acme", "2026-11", 0)}
-	a, b := paymentIntentParams(c), paymentIntentParams(c)
+	a, b := PaymentIntentParams(c), PaymentIntentParams(c)
 	require.Equal(t, a, b, "a pure function of the charge row")
 	require.Equal(t, int64(1234), *a.Amount)
 	require.True(t, *a.Confirm)

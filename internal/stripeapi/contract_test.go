@@ -1,4 +1,4 @@
-package jobs
+package stripeapi
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func stripeMockURL(t *testing.T) string {
 func TestStripeContract(t *testing.T) {
 	t.Parallel()
 	url := stripeMockURL(t)
-	api := NewStripeAPI(StripeConfig{APIKey: "sk_test_123", BaseURL: url, Timeout: 10 * time.Second})
+	api := New(Config{APIKey: "sk_test_123", BaseURL: url, Timeout: 10 * time.Second})
 	ctx := context.Background()
 
 	t.Run("CustomerGet", func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestStripeContract(t *testing.T) {
 				StripeCustomerID: "cus_123", StripePaymentMethodID: pm,
 				ChargeKey: ledger.ChargeKey("", "acme", "2026-11"), IdempotencyKey: ledger.ChargeIdempotencyKey("", "acme", "2026-11", 0),
 			}
-			pi, err := api.PaymentIntentCreate(ctx, paymentIntentParams(c))
+			pi, err := api.PaymentIntentCreate(ctx, PaymentIntentParams(c))
 			require.NoError(t, err, fmt.Sprintf("payment method %v", pm))
 			require.NotEmpty(t, pi.ID)
 		}
@@ -81,7 +81,7 @@ func TestStripeContract(t *testing.T) {
 		// The check can fail: a parameter Stripe does not know is refused.
 		c := &ledger.Charge{ID: 1, CustomerID: "acme", Period: "2026-11", AmountCents: 1, Currency: "usd",
 			StripeCustomerID: "cus_123", ChargeKey: "k", IdempotencyKey: "k0"}
-		params := paymentIntentParams(c)
+		params := PaymentIntentParams(c)
 		params.AddExtra("tally_bogus", "1")
 		_, err := api.PaymentIntentCreate(ctx, params)
 		require.Error(t, err)

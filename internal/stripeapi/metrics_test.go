@@ -1,4 +1,4 @@
-package jobs_test
+package stripeapi_test
 
 import (
 	"context"
@@ -9,20 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/metrics"
+	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
 
-// Every call through StripeAPI is counted by operation and outcome, with
+// Every call through the Client is counted by operation and outcome, with
 // its duration (tally_stripe_requests_total, tally_stripe_request_duration_seconds).
-func TestStripeAPIMetrics(t *testing.T) {
+func TestClientMetrics(t *testing.T) {
 	ctx := context.Background()
 	sim := stripesim.New(stripesim.Config{})
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
 	m := metrics.New()
-	api := jobs.NewStripeAPI(jobs.StripeConfig{APIKey: "sk_test_tally", BaseURL: srv.URL, Metrics: m})
+	api := stripeapi.New(stripeapi.Config{APIKey: "sk_test_tally", BaseURL: srv.URL, Metrics: m})
 
 	create := func(key string) error {
 		params := &stripe.PaymentIntentParams{
