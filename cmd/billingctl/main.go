@@ -43,6 +43,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/postgres"
 )
 
 func main() {
@@ -83,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if url == "" {
 		return errors.New("DATABASE_URL is required, such as postgres://user@127.0.0.1:5432/tally")
 	}
-	pool, err := ledger.Connect(ctx, url, "tally-billingctl", 4)
+	pool, err := postgres.Connect(ctx, url, "tally-billingctl", 4)
 	if err != nil {
 		return err
 	}

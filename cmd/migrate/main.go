@@ -21,7 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/schema"
 )
 
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	pool, err := ledger.Connect(ctx, url, "tally-migrate", 4)
+	pool, err := postgres.Connect(ctx, url, "tally-migrate", 4)
 	if err != nil {
 		return err
 	}

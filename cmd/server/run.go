@@ -25,6 +25,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/metrics"
+	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/schema"
 	"github.com/tally-billing/tally/internal/stripeapi"
 )
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer workerPool.Close()
 		// River's own queries (fetching, completing, scheduling jobs) run on
 		// a small pool of their own, planned afresh each time.
-		queuePool, err := ledger.ConnectQueue(ctx, cfg.DatabaseURL, appNameQueue, queueDBMaxConns)
+		queuePool, err := postgres.ConnectQueue(ctx, cfg.DatabaseURL, appNameQueue, queueDBMaxConns)
 		if err != nil {
 			return err
 		}
@@ -186,7 +187,7 @@ const (
 // and the ledger that runs on it, with an insert-only River client on the
 // same pool as its scheduler.
 func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *metrics.Metrics, appName string, maxConns int32) (*pgxpool.Pool, *ledger.Ledger, error) {
-	pool, err := ledger.Connect(ctx, cfg.DatabaseURL, appName, maxConns)
+	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, appName, maxConns)
 	if err != nil {
 		return nil, nil, err
 	}

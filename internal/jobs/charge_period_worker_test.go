@@ -18,6 +18,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
 )
@@ -124,7 +125,7 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)
 	// River on a pool of its own, as the server runs it.
-	queuePool, err := ledger.ConnectQueue(ctx, b.URL, "tally-test-queue", 8)
+	queuePool, err := postgres.ConnectQueue(ctx, b.URL, "tally-test-queue", 8)
 	require.NoError(t, err)
 	client, err := jobs.NewWorkerClient(queuePool, config)
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/schema"
 	tallysql "github.com/tally-billing/tally/sql"
 )
@@ -67,7 +67,7 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 	}
 
 	url := createDatabase(t, "tally_t_"+randomHex(8), templateName)
-	pool, err := ledger.Connect(ctx, url, "tally-test", 0)
+	pool, err := postgres.Connect(ctx, url, "tally-test", 0)
 	if err != nil {
 		t.Fatalf("error connecting to test database: %v", err)
 	}
@@ -229,7 +229,7 @@ func Restore(t testing.TB, dumpPath string) (*pgxpool.Pool, string) {
 	t.Helper()
 	url := createDatabase(t, "tally_r_"+randomHex(8), "")
 	runPGTool(t, "pg_restore", "--exit-on-error", "--no-owner", "--dbname="+url, dumpPath)
-	pool, err := ledger.Connect(context.Background(), url, "tally-test", 0)
+	pool, err := postgres.Connect(context.Background(), url, "tally-test", 0)
 	if err != nil {
 		t.Fatalf("error connecting to restored database: %v", err)
 	}

@@ -1,4 +1,6 @@
-package ledger
+// Package postgres opens Tally's connection pools, configured the same way in
+// every process (cmd/server, cmd/billingctl, cmd/migrate, the tests).
+package postgres
 
 import (
 	"context"
@@ -19,7 +21,7 @@ import (
 // connection and after five runs Postgres may keep a generic plan for it.
 // Tally's own statements are written so that any plan is an index lookup
 // (one row by key, found by the key alone); those whose best plan depends
-// on sizes (the batch joins over unnest) are passed planFresh, and are
+// on sizes (the batch joins over unnest) are passed ledger's planFresh, and are
 // planned for the tables as they are each time they run.
 func Connect(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
 	return connect(ctx, databaseURL, applicationName, maxConns, false)
@@ -36,12 +38,6 @@ func Connect(ctx context.Context, databaseURL, applicationName string, maxConns 
 func ConnectQueue(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
 	return connect(ctx, databaseURL, applicationName, maxConns, true)
 }
-
-// planFresh, passed as a query's first argument, runs it as Postgres's
-// unnamed statement: planned with its parameters for the tables as they are
-// (never a generic plan cached earlier), in one round trip once pgx has
-// cached its description, with binary parameters.
-const planFresh = pgx.QueryExecModeCacheDescribe
 
 func connect(ctx context.Context, databaseURL, applicationName string, maxConns int32, customPlans bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
