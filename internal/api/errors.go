@@ -34,7 +34,12 @@ func problemFor(err error) (problem, bool) {
 	case errors.As(err, &ce):
 		return problem{Status: http.StatusConflict, Code: ce.Code, Detail: ce.Detail}, true
 	case errors.Is(err, ledger.ErrNotFound):
-		return problem{Status: http.StatusNotFound, Code: "not_found", Detail: err.Error()}, true
+		// What is missing, not the chain of what was being done.
+		detail := "not found"
+		if nf := (*ledger.NotFoundError)(nil); errors.As(err, &nf) {
+			detail = nf.Error()
+		}
+		return problem{Status: http.StatusNotFound, Code: "not_found", Detail: detail}, true
 	}
 	return problem{}, false
 }

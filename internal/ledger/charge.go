@@ -151,13 +151,13 @@ func collectCharges(rows pgx.Rows) ([]*Charge, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Charge, error) { return scanCharge(r) })
 }
 
-// chargeGetTx reads the charge of (customerID, period), optionally locking
-// it, or returns ErrNotFound.
+// chargeGetTx reads the charge of (customerID, period) in tx, without
+// locking it, or returns ErrNotFound.
 func chargeGetTx(ctx context.Context, tx pgx.Tx, customerID, period string) (*Charge, error) {
 	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("charge of %s/%s %w", customerID, period, ErrNotFound)
+		return nil, notFound("charge of %s/%s", customerID, period)
 	}
 	return c, err
 }
@@ -166,7 +166,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period
 func (l *Ledger) ChargeGet(ctx context.Context, id int64) (*Charge, error) {
 	c, err := scanCharge(l.pool.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("charge %d %w", id, ErrNotFound)
+		return nil, notFound("charge %d", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading charge %d: %w", id, err)
@@ -244,7 +244,7 @@ JOIN billing.periods p ON p.customer_id = c.customer_id AND p.period = c.period
 WHERE c.id = $1
 FOR UPDATE OF p`, chargeID).Scan(&customerID, &period, &jobID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("charge %d %w", chargeID, ErrNotFound)
+			return notFound("charge %d", chargeID)
 		}
 		if err != nil {
 			return fmt.Errorf("error finding charge job of charge %d: %w", chargeID, err)

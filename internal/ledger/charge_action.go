@@ -120,7 +120,7 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		if err == pgx.ErrNoRows {
-			return fmt.Errorf("charge %d %w", p.ChargeID, ErrNotFound)
+			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)
@@ -282,7 +282,7 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		if err == pgx.ErrNoRows {
-			return fmt.Errorf("charge %d %w", p.ChargeID, ErrNotFound)
+			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {
 			return fmt.Errorf("error locking charge: %w", err)

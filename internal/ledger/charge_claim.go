@@ -91,7 +91,7 @@ func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, 
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 		if err == pgx.ErrNoRows {
-			return fmt.Errorf("charge %d %w", p.ChargeID, ErrNotFound)
+			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {
 			return err

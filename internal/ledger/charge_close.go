@@ -33,7 +33,7 @@ type PeriodCloseParams struct {
 // It returns ErrNotFound when the period does not exist.
 func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge, error) {
 	if !validID(p.CustomerID) || !validID(p.Period) {
-		return nil, fmt.Errorf("period %s of customer %q %w", p.Period, p.CustomerID, ErrNotFound)
+		return nil, notFound("period %s of customer %q", p.Period, p.CustomerID)
 	}
 	var charge *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
@@ -45,7 +45,7 @@ SELECT status, charge_job_id FROM billing.periods
 WHERE customer_id = $1 AND period = $2
 FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
 		if err == pgx.ErrNoRows {
-			return fmt.Errorf("period %s of customer %q %w", p.Period, p.CustomerID, ErrNotFound)
+			return notFound("period %s of customer %q", p.Period, p.CustomerID)
 		}
 		if err != nil {
 			return fmt.Errorf("error locking period: %w", err)

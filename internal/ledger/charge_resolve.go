@@ -114,11 +114,11 @@ ORDER BY (stripe_payment_intent_id = $1) DESC NULLS LAST LIMIT 1 FOR UPDATE`, pi
 	case p.ChargeKey != "":
 		row = tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE charge_key = $1 FOR UPDATE`, p.ChargeKey)
 	default:
-		return nil, false, fmt.Errorf("charge to resolve %w: no id, PaymentIntent or key given", ErrNotFound)
+		return nil, false, notFound("charge to resolve (no id, PaymentIntent or key given)")
 	}
 	c, err := scanCharge(row)
 	if err == pgx.ErrNoRows {
-		return nil, false, fmt.Errorf("charge for PaymentIntent %q / key %q %w", p.Outcome.StripePaymentIntentID, p.ChargeKey, ErrNotFound)
+		return nil, false, notFound("charge for PaymentIntent %q / key %q", p.Outcome.StripePaymentIntentID, p.ChargeKey)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("error locking charge: %w", err)

@@ -92,12 +92,12 @@ RETURNING `+customerColumns+`, (xmax = 0)`,
 // CustomerGet returns the customer, or ErrNotFound.
 func (l *Ledger) CustomerGet(ctx context.Context, id string) (*Customer, error) {
 	if !validID(id) {
-		return nil, fmt.Errorf("customer %q %w", id, ErrNotFound)
+		return nil, notFound("customer %q", id)
 	}
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `SELECT `+customerColumns+`
 FROM billing.customers WHERE customer_id = $1`, id))
 	if err == pgx.ErrNoRows {
-		return nil, fmt.Errorf("customer %q %w", id, ErrNotFound)
+		return nil, notFound("customer %q", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading customer %s: %w", id, err)

@@ -87,7 +87,7 @@ FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID).Sc
 		&d.Status, &d.EvidenceDueBy, &d.StatusEventID, &d.StatusEventType, &d.StatusObservedAt,
 		&d.FundsWithdrawnAt, &d.FundsReinstatedAt)
 	if err == pgx.ErrNoRows {
-		return nil, fmt.Errorf("dispute %s %w", stripeDisputeID, ErrNotFound)
+		return nil, notFound("dispute %s", stripeDisputeID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading dispute %s: %w", stripeDisputeID, err)

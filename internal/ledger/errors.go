@@ -11,6 +11,21 @@ import (
 // key does not exist.
 var ErrNotFound = errors.New("not found")
 
+// NotFoundError names what does not exist ("period 2026-11 of customer
+// \"acme\""); errors.Is(err, ErrNotFound) holds for it. Its message is what
+// a client is told, however the error was wrapped on the way up.
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string { return e.What + " not found" }
+
+// Is makes a NotFoundError match ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// notFound returns a *NotFoundError for what format says.
+func notFound(format string, args ...any) error {
+	return &NotFoundError{What: fmt.Sprintf(format, args...)}
+}
+
 // ErrUnauthenticated is returned by APIKeyAuthenticate for an unknown or
 // revoked key.
 var ErrUnauthenticated = errors.New("invalid or revoked API key")

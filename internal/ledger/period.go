@@ -125,12 +125,12 @@ func scanPeriod(row pgx.Row) (*Period, error) {
 // It returns ErrNotFound when the customer has no such period.
 func (l *Ledger) PeriodGet(ctx context.Context, customerID, period string) (*Period, error) {
 	if !validID(customerID) || !validID(period) {
-		return nil, fmt.Errorf("period %s of customer %q %w", period, customerID, ErrNotFound)
+		return nil, notFound("period %s of customer %q", period, customerID)
 	}
 	p, err := scanPeriod(l.pool.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, customerID, period))
 	if err == pgx.ErrNoRows {
-		return nil, fmt.Errorf("period %s of customer %q %w", period, customerID, ErrNotFound)
+		return nil, notFound("period %s of customer %q", period, customerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading period %s/%s: %w", customerID, period, err)

@@ -102,7 +102,7 @@ FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID).Scan(
 		&r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents, &r.Currency, &r.Reason, &r.StripeCreatedAt,
 		&r.Status, &r.FailureReason, &r.StatusEventID, &r.StatusEventType, &r.StatusObservedAt)
 	if err == pgx.ErrNoRows {
-		return nil, fmt.Errorf("refund %s %w", stripeRefundID, ErrNotFound)
+		return nil, notFound("refund %s", stripeRefundID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading refund %s: %w", stripeRefundID, err)

@@ -95,7 +95,7 @@ SELECT id, type, payload, livemode, created_at, received_at, status, attempts, l
 FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
 			&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
 		if err == pgx.ErrNoRows {
-			return fmt.Errorf("stripe event %s %w", eventID, ErrNotFound)
+			return notFound("stripe event %s", eventID)
 		}
 		if err != nil {
 			return err
@@ -144,7 +144,7 @@ SELECT id, type, payload, livemode, created_at, received_at, status, attempts, l
 FROM billing.stripe_events WHERE id = $1`, id).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
 		&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
 	if err == pgx.ErrNoRows {
-		return nil, fmt.Errorf("stripe event %s %w", id, ErrNotFound)
+		return nil, notFound("stripe event %s", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading stripe event %s: %w", id, err)
@@ -172,7 +172,7 @@ SELECT id FROM billing.charges
 WHERE (stripe_charge_id = $1 AND $1 <> '') OR (stripe_payment_intent_id = $2 AND $2 <> '')
 LIMIT 1`, stripeChargeID, paymentIntentID).Scan(&id)
 	if err == pgx.ErrNoRows {
-		return 0, fmt.Errorf("charge for stripe charge %q / PaymentIntent %q %w", stripeChargeID, paymentIntentID, ErrNotFound)
+		return 0, notFound("charge for stripe charge %q / PaymentIntent %q", stripeChargeID, paymentIntentID)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("error finding charge of stripe charge %s: %w", stripeChargeID, err)
