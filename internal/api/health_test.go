@@ -38,7 +38,7 @@ func TestReadyz(t *testing.T) {
 		var gotDeadline bool
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&logs, nil))
-		h := api.NewServer(logger, b.Ledger, func(ctx context.Context) error {
+		h := newServer(t, logger, b.Ledger, func(ctx context.Context) error {
 			_, gotDeadline = ctx.Deadline()
 			return &api.NotReadyError{Reason: api.ReadyReasonDatabase,
 				Err: errors.New("postgres unreachable: failed to connect to `user=tally database=billing_prod`: 10.0.0.7:5432: connection refused")}
@@ -68,7 +68,7 @@ func TestReadyz(t *testing.T) {
 			{fmt.Errorf("wrapped: %w", &api.NotReadyError{Reason: api.ReadyReasonDatabase, Err: errors.New("x")}), "database"},
 			{errors.New("password authentication failed for user \"tally\""), "unknown"},
 		} {
-			h := api.NewServer(b.Logger, b.Ledger, func(ctx context.Context) error { return tc.err }, "")
+			h := newServer(t, b.Logger, b.Ledger, func(ctx context.Context) error { return tc.err }, "")
 			rec := testServe(h, http.MethodGet, "/readyz")
 			require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 			require.JSONEq(t, `{"status":"unavailable","reason":"`+tc.want+`"}`, rec.Body.String())
@@ -79,7 +79,7 @@ func TestReadyz(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
 		calls := 0
-		h := api.NewServer(b.Logger, b.Ledger, func(ctx context.Context) error {
+		h := newServer(t, b.Logger, b.Ledger, func(ctx context.Context) error {
 			calls++
 			return nil
 		}, "")

@@ -13,6 +13,7 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("GET /healthz", handleHealthz())
 	mux.Handle("GET /readyz", handleReadyz(logger, ready))
+	mux.Handle("GET /openapi.yaml", handleOpenAPIDocument())
 	if o.riverUI != nil {
 		mux.Handle("GET /riverui/login", requireAdminBasic(logger, l, handleRiverUILogin()))
 		mux.Handle("/riverui/", requireAdminBasic(logger, l, o.riverUI))

@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76/webhook"
-
-	"github.com/tally-billing/tally/internal/api"
 )
 
 func TestStripeWebhook(t *testing.T) {
@@ -24,6 +22,7 @@ func TestStripeWebhook(t *testing.T) {
 		signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(payload), Secret: secret, Timestamp: at})
 		req := httptest.NewRequest(http.MethodPost, "/v1/stripe/webhooks", strings.NewReader(payload))
 		req.Header.Set("Stripe-Signature", signed.Header)
+		req.Header.Set("Content-Type", "application/json") // as Stripe sends it
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec
@@ -32,7 +31,7 @@ func TestStripeWebhook(t *testing.T) {
 	t.Run("BadSignature", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
-		h := api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
+		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		payload := `{"id":"evt_1","type":"payment_intent.succeeded","created":1700000000}`
 		requireProblem(t, post(h, payload, "whsec_other", time.Now()), http.StatusBadRequest, "invalid_signature")
 		requireProblem(t, post(h, payload, secret, time.Now().Add(-301*time.Second)), http.StatusBadRequest, "invalid_signature")
@@ -44,7 +43,7 @@ func TestStripeWebhook(t *testing.T) {
 	t.Run("SignedButNotStorable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
-		h := api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
+		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		for _, payload := range []string{
 			"{\"id\":\"evt_\xff\",\"type\":\"x\",\"created\":1}",
 			"{\"id\":\"evt_1\",\"type\":\"x\",\"created\":1,\"data\":{\"object\":{\"name\":\"\xc3\"}}}",
@@ -69,7 +68,7 @@ func TestStripeWebhook(t *testing.T) {
 	t.Run("Stores", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t.Context(), t)
-		h := api.NewServer(b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
+		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		payload := `{"id":"evt_1","object":"event","type":"payment_intent.succeeded","created":1700000000,"data":{"object":{"id":"pi_1","amount":1e-400,"note":"é"}}}`
 		rec := post(h, payload, secret, time.Now())
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
