@@ -305,8 +305,11 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool, interval time.Duration) met
 			return nil, err
 		}
 		var snap stateSnapshot
-		if err := json.Unmarshal(stored.State, &snap); err != nil || snap.Ops == nil {
-			return nil, fmt.Errorf("error decoding the operations snapshot taken at %s: %v", stored.TakenAt, err)
+		if err := json.Unmarshal(stored.State, &snap); err != nil {
+			return nil, fmt.Errorf("error decoding the operations snapshot taken at %s: %w", stored.TakenAt, err)
+		}
+		if snap.Ops == nil {
+			return nil, fmt.Errorf("the operations snapshot taken at %s holds no ledger state", stored.TakenAt)
 		}
 		ops, now := snap.Ops, stored.Now
 		st := &metrics.State{

@@ -101,7 +101,10 @@ func setupEnv(ctx context.Context, t *testing.T, databaseURL string, extra map[s
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-b.runErr:
+		case err := <-b.runErr:
+			if err != nil {
+				t.Logf("run returned: %v", err)
+			}
 		case <-time.After(shutdownWaitMax):
 			t.Errorf("run did not return after cancel")
 		}
@@ -268,7 +271,10 @@ func TestRun(t *testing.T) {
 
 		b.stop(t)
 
-		_, err = http.Get(b.baseURL + "/healthz")
+		resp, err := http.Get(b.baseURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
 		var opErr *net.OpError
 		require.True(t, errors.As(err, &opErr), "the listener is closed after run returns: %v", err)
 

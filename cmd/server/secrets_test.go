@@ -140,7 +140,10 @@ func startForSecrets(ctx context.Context, t *testing.T, env map[string]string) *
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-b.runErr:
+		case err := <-b.runErr:
+			if err != nil {
+				t.Logf("run returned: %v", err)
+			}
 		case <-time.After(shutdownWaitMax):
 			t.Errorf("run did not return after cancel")
 		}

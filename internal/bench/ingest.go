@@ -94,7 +94,7 @@ func (r *run) createCustomers(ctx context.Context, api *apiClient, customers []s
 		return 1, api.customerPut(ctx, customers[k])
 	})
 	if lr.errors > 0 || lr.units != int64(len(customers)) {
-		return fmt.Errorf("error creating %d customers (%d created, %d failed): %v", len(customers), lr.units, lr.errors, lr.firstErr)
+		return fmt.Errorf("error creating %d customers (%d created, %d failed): %w", len(customers), lr.units, lr.errors, lr.firstErr)
 	}
 	r.logf("created %d customers in %s", len(customers), lr.elapsed.Round(time.Millisecond))
 	return nil
@@ -110,7 +110,7 @@ func (r *run) openPeriods(ctx context.Context, api *apiClient, customers []strin
 		return 1, api.do(ctx, http.MethodPost, pathEvent, appendEvent(nil, ev))
 	})
 	if lr.errors > 0 || lr.units != int64(len(customers)) {
-		return "", fmt.Errorf("error opening the periods of %d customers (%d opened, %d failed): %v", len(customers), lr.units, lr.errors, lr.firstErr)
+		return "", fmt.Errorf("error opening the periods of %d customers (%d opened, %d failed): %w", len(customers), lr.units, lr.errors, lr.firstErr)
 	}
 	r.logf("opened the current period of %d customers with one event each in %s (%s events/s)",
 		len(customers), lr.elapsed.Round(time.Millisecond), formatRate(lr.rate()))

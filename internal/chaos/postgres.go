@@ -74,7 +74,7 @@ func startCluster(ctx context.Context, workDir string) (*cluster, error) {
 		return nil, err
 	}
 	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	conf := fmt.Sprintf(`
 listen_addresses = '127.0.0.1'
@@ -155,7 +155,7 @@ func (c *cluster) pgctl(ctx context.Context, action string, extra ...string) err
 	}
 	args := append([]string{"-D", c.dataDir, "-w", "-t", "60", "-l", logPath, action}, extra...)
 	if out, err := c.command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_ctl %s: %v: %s", action, err, out)
+		return fmt.Errorf("pg_ctl %s: %w: %s", action, err, out)
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func startPrimary(ctx context.Context, workDir, logDir string) (*cluster, error)
 		return nil, err
 	}
 	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("error initialising the primary: initdb: %v: %s", err, out)
+		return nil, fmt.Errorf("error initialising the primary: initdb: %w: %s", err, out)
 	}
 	// fsync stays off (no host crash is simulated, only process deaths);
 	// the WAL is still written before a commit returns, and only written
@@ -95,7 +95,7 @@ func startStandby(ctx context.Context, primary *cluster, replPort int, workDir, 
 	}
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", replPort, standbyAppName)
 	if out, err := c.command(ctx, "pg_basebackup", "-D", c.dataDir, "-d", conninfo, "-R", "-X", "stream", "-c", "fast", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("error copying the primary: pg_basebackup: %v: %s", err, out)
+		return nil, fmt.Errorf("error copying the primary: pg_basebackup: %w: %s", err, out)
 	}
 	// The copy carries the primary's postgresql.conf; later lines win. A
 	// short wal_retrieve_retry_interval: once the primary is gone, the
@@ -157,7 +157,7 @@ func waitStreaming(ctx context.Context, primary *cluster, sync bool) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("standby not streaming (sync %t) after %s: state %q, sync_state %q, last error %v",
+			return fmt.Errorf("standby not streaming (sync %t) after %s: state %q, sync_state %q, last error %w",
 				sync, replicationTimeout, state, syncState, err)
 		}
 		select {
@@ -219,7 +219,7 @@ func waitReplayed(ctx context.Context, primary, standby *cluster) (string, error
 			return target, nil
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("standby replayed up to %q, not %s, after %s (last error %v)", replayed, target, replicationTimeout, err)
+			return "", fmt.Errorf("standby replayed up to %q, not %s, after %s (last error %w)", replayed, target, replicationTimeout, err)
 		}
 		select {
 		case <-ctx.Done():

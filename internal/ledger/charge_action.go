@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -119,7 +120,7 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {
@@ -281,7 +282,7 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {

@@ -90,7 +90,7 @@ func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, 
 		now := l.now()
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("charge %d", p.ChargeID)
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,7 @@ func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge,
 SELECT status, charge_job_id FROM billing.periods
 WHERE customer_id = $1 AND period = $2
 FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("period %s of customer %q", p.Period, p.CustomerID)
 		}
 		if err != nil {

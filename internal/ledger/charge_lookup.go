@@ -49,7 +49,7 @@ WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'unknown') AND key_
 RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
 			claim.Charge.IdempotencyKeyFor(gen), claim.KeyExpired, now,
 			claim.Charge.KeyGeneration))
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrLeaseLost
 		}
 		if err != nil {

@@ -82,7 +82,7 @@ SELECT status FROM billing.charges
 WHERE id = $1 OR (stripe_payment_intent_id = $2 AND $2 <> '') OR (charge_key = $3 AND $3 <> '')
 ORDER BY id = $1 DESC, (stripe_payment_intent_id = $2) DESC NULLS LAST LIMIT 1`,
 		p.ChargeID, p.Outcome.StripePaymentIntentID, p.ChargeKey).Scan(&s)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
 	return s, err
@@ -117,7 +117,7 @@ ORDER BY (stripe_payment_intent_id = $1) DESC NULLS LAST LIMIT 1 FOR UPDATE`, pi
 		return nil, false, notFound("charge to resolve (no id, PaymentIntent or key given)")
 	}
 	c, err := scanCharge(row)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, notFound("charge for PaymentIntent %q / key %q", p.Outcome.StripePaymentIntentID, p.ChargeKey)
 	}
 	if err != nil {

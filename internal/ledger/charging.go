@@ -75,7 +75,7 @@ WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`)
 		return nil, fmt.Errorf("error reading the last pause or resume: %w", err)
 	}
 	switch {
-	case err == pgx.ErrNoRows:
+	case errors.Is(err, pgx.ErrNoRows):
 	case st.Paused && action == ActionChargingPause:
 		st.By, st.Reason = by, reason
 	case !st.Paused && action == ActionChargingResume:

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -96,7 +97,7 @@ func (l *Ledger) CustomerGet(ctx context.Context, id string) (*Customer, error) 
 	}
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `SELECT `+customerColumns+`
 FROM billing.customers WHERE customer_id = $1`, id))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("customer %q", id)
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,7 +87,7 @@ FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID).Sc
 		&d.StripeChargeID, &d.StripePaymentIntentID, &d.AmountCents, &d.Currency, &d.Reason, &d.StripeCreatedAt,
 		&d.Status, &d.EvidenceDueBy, &d.StatusEventID, &d.StatusEventType, &d.StatusObservedAt,
 		&d.FundsWithdrawnAt, &d.FundsReinstatedAt)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("dispute %s", stripeDisputeID)
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,7 +130,7 @@ func (l *Ledger) PeriodGet(ctx context.Context, customerID, period string) (*Per
 	}
 	p, err := scanPeriod(l.pool.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, customerID, period))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("period %s of customer %q", period, customerID)
 	}
 	if err != nil {

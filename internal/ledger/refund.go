@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -101,7 +102,7 @@ SELECT stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, 
 FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID).Scan(&r.StripeRefundID, &r.ChargeID,
 		&r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents, &r.Currency, &r.Reason, &r.StripeCreatedAt,
 		&r.Status, &r.FailureReason, &r.StatusEventID, &r.StatusEventType, &r.StatusObservedAt)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("refund %s", stripeRefundID)
 	}
 	if err != nil {

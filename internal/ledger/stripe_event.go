@@ -94,7 +94,7 @@ func (l *Ledger) StripeEventHandle(ctx context.Context, eventID string, handle S
 SELECT id, type, payload, livemode, created_at, received_at, status, attempts, last_error, processed_at, job_id
 FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
 			&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("stripe event %s", eventID)
 		}
 		if err != nil {
@@ -143,7 +143,7 @@ func (l *Ledger) StripeEventGet(ctx context.Context, id string) (*StripeEvent, e
 SELECT id, type, payload, livemode, created_at, received_at, status, attempts, last_error, processed_at, job_id
 FROM billing.stripe_events WHERE id = $1`, id).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
 		&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("stripe event %s", id)
 	}
 	if err != nil {
@@ -171,7 +171,7 @@ func chargeIDByStripeTx(ctx context.Context, tx pgx.Tx, stripeChargeID, paymentI
 SELECT id FROM billing.charges
 WHERE (stripe_charge_id = $1 AND $1 <> '') OR (stripe_payment_intent_id = $2 AND $2 <> '')
 LIMIT 1`, stripeChargeID, paymentIntentID).Scan(&id)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound("charge for stripe charge %q / PaymentIntent %q", stripeChargeID, paymentIntentID)
 	}
 	if err != nil {

@@ -193,7 +193,7 @@ func TestFault(t *testing.T) {
 		require.Equal(t, stripe.PaymentIntentStatusProcessing, pi.Status, "the customer's fault wins over the global one")
 
 		_, err = bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_b", 700, "k2"))
-		requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
+		_ = requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
 
 		// Adding the same customer and kind replaces the fault.
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: FaultCustomerAll, Kind: FaultKindDecline, DeclineCode: "expired_card"}))
@@ -258,7 +258,7 @@ func TestFault(t *testing.T) {
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindRateLimit, Count: 2}))
 		for range 2 {
 			_, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 700, "k1"))
-			requireStripeError(t, err, http.StatusTooManyRequests, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeRateLimit)
+			_ = requireStripeError(t, err, http.StatusTooManyRequests, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeRateLimit)
 			require.Empty(t, bundle.sim.PaymentIntentList())
 		}
 

@@ -78,7 +78,7 @@ func TestIdempotency(t *testing.T) {
 		params := chargeParams(ctx, "cus_a", 700, "k1")
 		params.AddMetadata("extra", "x")
 		_, err = bundle.api.PaymentIntents.New(params)
-		requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
+		_ = requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
 
 		require.Len(t, bundle.sim.PaymentIntentList(), 1)
 		require.Equal(t, 2, bundle.sim.Stats().Requests["POST /v1/payment_intents"]["idempotency_error"])

@@ -113,7 +113,7 @@ func TestPaymentIntentList(t *testing.T) {
 
 		iter = bundle.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: stripe.ListParams{StartingAfter: stripe.String("pi_missing")}})
 		require.False(t, iter.Next())
-		requireStripeError(t, iter.Err(), http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		_ = requireStripeError(t, iter.Err(), http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 	})
 
 	t.Run("Pages", func(t *testing.T) {

@@ -89,7 +89,7 @@ func TestRefund(t *testing.T) {
 		require.Eventually(t, func() bool { return len(bundle.sim.FaultList()) == 0 }, 10*time.Second, time.Millisecond)
 
 		_, err := bundle.api.Refunds.New(refundParams(ctx, pi.ID, 0, "r1"))
-		requireStripeError(t, err, http.StatusConflict, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeIdempotencyKeyInUse)
+		_ = requireStripeError(t, err, http.StatusConflict, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeIdempotencyKeyInUse)
 		require.Empty(t, bundle.sim.RefundList())
 
 		// The first client gives up; the refund is still made and stored under the key.
@@ -159,7 +159,7 @@ func TestRefund(t *testing.T) {
 
 		// The same key on another endpoint is a mismatch too.
 		_, err = bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 300, "r1"))
-		requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
+		_ = requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
 
 		require.Len(t, bundle.sim.RefundList(), 1)
 		require.Len(t, bundle.sim.PaymentIntentList(), 1)
@@ -241,7 +241,7 @@ func TestRefund(t *testing.T) {
 		require.NoError(t, err)
 
 		_, err = bundle.api.Refunds.New(refundParams(ctx, pi.ID, 400, "r1"))
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		var apiErr *stripe.APIError
 		require.ErrorAs(t, err, &apiErr)
 		require.Empty(t, bundle.sim.FaultList())
@@ -271,7 +271,7 @@ func TestRefund(t *testing.T) {
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: FaultCustomerAll, Kind: FaultKindError500BeforeCreate, Count: 1}))
 		for range 2 { // stored: the same key keeps getting the 500
 			_, err := bundle.api.Refunds.New(refundParams(ctx, pi.ID, 0, "r1"))
-			requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+			_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		}
 		require.Empty(t, bundle.sim.RefundList())
 
@@ -290,11 +290,11 @@ func TestRefund(t *testing.T) {
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindDecline}))
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindError500AfterCreate, Count: 1}))
 		_, err := bundle.api.Refunds.New(refundParams(ctx, pi.ID, 1001, "r1"))
-		requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeAmountTooLarge)
+		_ = requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeAmountTooLarge)
 		require.Len(t, bundle.sim.FaultList(), 2)
 
 		_, err = bundle.api.Refunds.New(refundParams(ctx, pi.ID, 0, "r2"))
-		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		require.Equal(t, []Fault{{Customer: "cus_a", Kind: FaultKindDecline, DeclineCode: DeclineCodeDefault}}, bundle.sim.FaultList())
 		require.Len(t, bundle.sim.RefundList(), 1)
 	})
@@ -306,7 +306,7 @@ func TestRefund(t *testing.T) {
 
 		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindRateLimit, Count: 1}))
 		_, err := bundle.api.Refunds.New(refundParams(ctx, pi.ID, 0, "r1"))
-		requireStripeError(t, err, http.StatusTooManyRequests, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeRateLimit)
+		_ = requireStripeError(t, err, http.StatusTooManyRequests, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeRateLimit)
 		require.Empty(t, bundle.sim.RefundList())
 
 		// 429s are not stored: the same key now executes.
@@ -378,7 +378,7 @@ func TestRefund(t *testing.T) {
 
 		iter = bundle.api.Refunds.List(&stripe.RefundListParams{ListParams: stripe.ListParams{StartingAfter: stripe.String("re_missing")}})
 		require.False(t, iter.Next())
-		requireStripeError(t, iter.Err(), http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		_ = requireStripeError(t, iter.Err(), http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 	})
 
 	t.Run("NotRefundable", func(t *testing.T) {

@@ -137,7 +137,7 @@ func TestServer(t *testing.T) {
 
 		api := newStripeClient(bundle.server.URL, "", nil)
 		_, err = api.Customers.Get("cus_a", nil)
-		requireStripeError(t, err, http.StatusUnauthorized, stripe.ErrorTypeInvalidRequest, "")
+		_ = requireStripeError(t, err, http.StatusUnauthorized, stripe.ErrorTypeInvalidRequest, "")
 		require.Empty(t, bundle.sim.PaymentIntentList())
 		require.Equal(t, 2, bundle.sim.Stats().Requests["GET /v1/customers/{id}"]["unauthorized"])
 	})
