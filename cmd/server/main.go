@@ -12,7 +12,7 @@ import (
 // gcPercentDefault is the server's GOGC when the environment sets none. Go's
 // own default (100) collects a batch request's garbage two or three times per
 // request and hands the pages back to the kernel between requests: a third of
-// the server's CPU under batch ingest. At 400 the server stays near 70 MB
+// the server's CPU under batch ingest. At 400 the server stays near 100 MB
 // under `make bench` (docs/benchmarks.md); set GOGC (and GOMEMLIMIT) to trade
 // otherwise.
 const gcPercentDefault = 400
