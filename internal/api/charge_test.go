@@ -35,8 +35,12 @@ func TestChargeList(t *testing.T) {
 			require.Len(t, p.Errors, 1, "%s: %v", query, p.Errors)
 		}
 
+		// An unknown status is answered with every status there is.
+		p := requireInvalid(t, b.do(http.MethodGet, "/v1/charges?status=paid", ""), "status")
+		require.Equal(t, `unknown status "paid": want one of pending, processing, unknown, held, succeeded, failed, skipped, canceled or carried_forward`, p.Errors["status"])
+
 		// Every bad parameter is named at once.
-		p := requireInvalid(t, b.do(http.MethodGet, "/v1/charges?customer_id=%00&limit=x&starting_after=%ff", ""), "customer_id")
+		p = requireInvalid(t, b.do(http.MethodGet, "/v1/charges?customer_id=%00&limit=x&starting_after=%ff", ""), "customer_id")
 		require.Len(t, p.Errors, 3, "%v", p.Errors)
 	})
 

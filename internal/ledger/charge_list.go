@@ -27,7 +27,7 @@ type ChargeListParams struct {
 func (l *Ledger) ChargeList(ctx context.Context, p ChargeListParams) ([]*Charge, bool, error) {
 	fe := fieldErrors{}
 	if p.Status != "" && !p.Status.Valid() {
-		fe.add("status", "unknown status %q: want pending, processing, unknown, held, succeeded, failed, skipped or canceled", p.Status)
+		fe.add("status", "unknown status %q: want one of %s", p.Status, chargeStatusList())
 	}
 	if p.Limit < 0 || p.Limit > ChargeListLimitMax {
 		fe.add("limit", "must be between 1 and %d", ChargeListLimitMax)

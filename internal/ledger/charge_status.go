@@ -31,6 +31,16 @@ const (
 var ChargeStatuses = []ChargeStatus{ChargePending, ChargeProcessing, ChargeUnknown, ChargeHeld,
 	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward}
 
+// chargeStatusList names every status for an error message: "pending,
+// processing, … or carried_forward".
+func chargeStatusList() string {
+	names := make([]string, len(ChargeStatuses))
+	for i, s := range ChargeStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // Valid reports whether s is a known status.
 func (s ChargeStatus) Valid() bool {
 	for _, v := range ChargeStatuses {
