@@ -118,13 +118,10 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 }
 
 // checkKeys requires raw to be a JSON object whose keys are all in allowed,
-// spelled exactly, each once.
+// spelled exactly, each once. It is decodeStrict's slow path, for a body
+// its one-scan check (objectKeys) refused — invalid JSON, not an object, or
+// a key refused: it reads raw token by token to name every problem.
 func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
-	if keys, ok := objectKeys(raw); ok && keysAllowed(keys, allowed) {
-		return nil
-	}
-	// Invalid JSON, not an object, or a key refused: read it again token by
-	// token to name every problem.
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -181,7 +178,7 @@ func keysAllowed(keys []string, allowed map[string]bool) bool {
 
 // objectKeys returns the keys of the object raw holds, in order, when raw is
 // valid JSON holding one object; ok is false otherwise. It is checkKeys'
-// fast path: no allocation but the keys.
+// fast path (decodeStrict's): no allocation but the keys.
 func objectKeys(raw []byte) (keys []string, ok bool) {
 	if !json.Valid(raw) {
 		return nil, false

@@ -32,7 +32,7 @@ func tokenKeys(raw []byte) ([]string, bool) {
 	return keys, true
 }
 
-// FuzzObjectKeys holds checkKeys' fast path to encoding/json: for any input,
+// FuzzObjectKeys holds decodeStrict's fast path to encoding/json: for any input,
 // objectKeys finds exactly the keys the tokenizer reads, and accepts exactly
 // the valid JSON objects.
 func FuzzObjectKeys(f *testing.F) {
