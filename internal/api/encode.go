@@ -177,8 +177,8 @@ func keysAllowed(keys []string, allowed map[string]bool) bool {
 }
 
 // objectKeys returns the keys of the object raw holds, in order, when raw is
-// valid JSON holding one object; ok is false otherwise. It is checkKeys'
-// fast path (decodeStrict's): no allocation but the keys.
+// valid JSON holding one object; ok is false otherwise. It is
+// decodeStrict's fast path: no allocation but the keys.
 func objectKeys(raw []byte) (keys []string, ok bool) {
 	if !json.Valid(raw) {
 		return nil, false
