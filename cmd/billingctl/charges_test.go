@@ -72,7 +72,7 @@ func (b *chargesBundle) capHeld(ctx context.Context, t *testing.T, id string) *l
 func (b *chargesBundle) doubleCharged(ctx context.Context, t *testing.T, id string) *ledger.Charge {
 	t.Helper()
 	c := b.closed(ctx, t, id, 500)
-	_, _, err := b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Actor: "reconciler",
+	_, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
 		Outcome: ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldDoubleCharge, ErrorMessage: "pi_A, pi_B"}})
 	require.NoError(t, err)
 	return b.status(ctx, t, c.ID, ledger.ChargeHeld)
@@ -316,7 +316,7 @@ func TestCharges(t *testing.T) {
 		_, err = b.Ledger.ChargeRecordOutcome(ctx, cl, ledger.Outcome{Class: ledger.OutcomeUnknown, HTTPStatus: 500,
 			StripeRequestID: "req_1", ErrorCode: "api_error", ErrorMessage: "upstream\ntimeout"}, "job:7/1", nil)
 		require.NoError(t, err)
-		_, _, err = b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Actor: "reconciler",
+		_, err = b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
 			Outcome: ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldUnexpectedStatus, ErrorMessage: "requires_capture"}})
 		require.NoError(t, err)
 		_, stderr, err := b.billingctl(ctx, "charges", "cancel", id(c), "--reason", "try")

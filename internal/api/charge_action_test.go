@@ -100,7 +100,7 @@ func (b *testBundle) capHeldCharge(ctx context.Context, t *testing.T) *ledger.Ch
 func (b *testBundle) doubleChargeHeld(ctx context.Context, t *testing.T) *ledger.Charge {
 	t.Helper()
 	c := b.closedCharge(ctx, t, 500)
-	_, _, err := b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Actor: "reconciler",
+	_, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
 		Outcome: ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldDoubleCharge, ErrorMessage: "pi_A, pi_B"}})
 	require.NoError(t, err)
 	c = b.requireStatus(ctx, t, c.ID, ledger.ChargeHeld)
@@ -112,7 +112,7 @@ func (b *testBundle) doubleChargeHeld(ctx context.Context, t *testing.T) *ledger
 // Tally never expects; a worker's lease on c stays.
 func (b *testBundle) holdUnexpected(ctx context.Context, t *testing.T, c *ledger.Charge) *ledger.Charge {
 	t.Helper()
-	_, _, err := b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Actor: "reconciler",
+	_, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
 		Outcome: ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldUnexpectedStatus, ErrorMessage: "requires_capture"}})
 	require.NoError(t, err)
 	return b.requireStatus(ctx, t, c.ID, ledger.ChargeHeld)

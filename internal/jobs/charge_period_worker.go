@@ -47,15 +47,9 @@ const (
 // process died, leaving its lease and attempt row as they are.
 var errCrash = errors.New("simulated crash")
 
-// ChargePeriodWorker charges one (customer, period) — DESIGN.md's money path,
-// steps 1 to 5, each step its own transaction in internal/ledger:
-//
-//  1. close the period and find or create its charge (pre-flight);
-//  2. claim the charge's lease, committed before any money moves;
-//  3. when this database cannot prove Stripe never saw the charge or still
-//     knows its key, look for the charge's PaymentIntents on Stripe first;
-//  4. create the PaymentIntent with the charge's idempotency key;
-//  5. record the outcome and complete the job in one transaction.
+// ChargePeriodWorker charges one (customer, period): DESIGN.md's money path,
+// steps 1 to 5, each step its own transaction in internal/ledger (Work lists
+// them; each is a chargeRun method of the same shape, returning a step).
 type ChargePeriodWorker struct {
 	river.WorkerDefaults[ChargePeriodArgs]
 
@@ -94,158 +88,268 @@ func (w *ChargePeriodWorker) crash(point string) error {
 // Timeout bounds one run; see ChargeTimings.
 func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration { return w.jobTimeout }
 
-// Work runs the charge of job's (customer, period) to an outcome.
+// Work runs the charge of job's (customer, period) to an outcome: the steps
+// of the money path in order, each its own transaction, until one ends the
+// run.
 func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
-	actor := fmt.Sprintf("job:%d/%d", job.ID, job.Attempt)
-	logger := w.logger.With(slog.String("customer_id", job.Args.CustomerID), slog.String("period", job.Args.Period),
-		slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))
-
-	// 1. Close + pre-flight.
-	charge, err := w.ledger.PeriodClose(ctx, ledger.PeriodCloseParams{
-		CustomerID: job.Args.CustomerID, Period: job.Args.Period, Actor: actor,
-	})
-	if err != nil {
-		return err
-	}
-	if !charge.Status.Chargeable() {
-		logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", charge.ID), slog.String("status", string(charge.Status)))
-		return nil
-	}
-	if charge.StripePaymentMethodID == nil && charge.FirstAttemptedAt == nil {
-		if charge, err = w.snapshotPaymentMethod(ctx, charge); err != nil {
-			return err
+	r := w.newRun(job)
+	for _, s := range []func(context.Context) step{
+		r.close,         // 1a. close the period; find or create its charge
+		r.paymentMethod, // 1b. snapshot the Stripe customer's default payment method
+		r.claim,         // 2.  claim the lease, committed before any money moves
+		r.decideKey,     // 3.  look for the charge on Stripe unless its key is proven fresh
+		r.call,          // 4.  create the PaymentIntent with the charge's idempotency key
+		r.record,        // 5.  record the outcome; complete the job in the same transaction
+	} {
+		if res := s(ctx); res.end {
+			return res.err
 		}
-	}
-
-	// 2. Claim.
-	claim, err := w.ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{
-		ChargeID: charge.ID, Owner: w.owner(job), LeaseTTL: w.leaseTTL, JobID: job.ID, JobAttempt: job.Attempt,
-	})
-	var held *ledger.LeaseHeldError
-	if errors.As(err, &held) {
-		wait := max(held.Left, time.Second) + jitter(time.Second)
-		logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
-		return river.JobSnooze(wait)
-	}
-	if errors.Is(err, ledger.ErrChargingPaused) {
-		logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
-		return river.JobSnooze(chargingPausedSnooze)
-	}
-	if err != nil {
-		return err
-	}
-	if claim == nil {
-		return nil // settled between pre-flight and claim
-	}
-	claimedAt := time.Now() // monotonic: how long this run has held the lease
-	if err := w.crash(crashAfterClaim); err != nil {
-		return err
-	}
-
-	// 3. Decide the key. Tally's own record can be lost (a restored backup,
-	// a failover that drops the last commits) and Stripe forgets a key after
-	// 24 h, so unless this database holds an attempt of the key's generation
-	// within the key window, look for the charge's PaymentIntents first.
-	if claim.Lookup {
-		var done bool
-		if claim, done, err = w.lookUp(ctx, job, claim, claimedAt, actor, logger); err != nil || done {
-			return err
-		}
-	}
-
-	// 4. Call Stripe: parameters and key are a pure function of the charge
-	// row. A run that stalled (GC, a paused VM) must not call once its lease
-	// may have passed to another run, which may already have moved on.
-	if err := w.leaseLeft(ctx, claimedAt); err != nil {
-		w.release(ctx, claim, logger)
-		return err
-	}
-	pi, err := w.stripe.PaymentIntentCreate(ctx, stripeapi.PaymentIntentParams(claim.Charge))
-	outcome := stripeapi.Classify(pi, err)
-	if err := w.crash(crashAfterStripe); err != nil {
-		return err
-	}
-
-	// 5. Record the outcome; complete the job in the same transaction. The
-	// answer is recorded even if the job's deadline passed meanwhile.
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	charge, err = w.ledger.ChargeRecordOutcome(recordCtx, claim, outcome, actor, func(ctx context.Context, tx pgx.Tx) error {
-		if err := w.crash(crashBeforeComplete); err != nil {
-			return err
-		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	attrs := []any{slog.Int64("charge_id", charge.ID), slog.String("outcome", string(outcome.Class)),
-		slog.String("status", string(charge.Status)), slog.String("payment_intent", outcome.StripePaymentIntentID),
-		slog.String("stripe_request_id", outcome.StripeRequestID), slog.Int("http_status", outcome.HTTPStatus),
-		slog.String("error_code", outcome.ErrorCode)}
-	switch outcome.Class {
-	case ledger.OutcomeUnknown:
-		logger.WarnContext(ctx, "charge outcome unknown; retrying with the same key", attrs...)
-		return fmt.Errorf("charge %d outcome unknown (%s %s): %s", charge.ID, outcome.ErrorType, outcome.ErrorCode, outcome.ErrorMessage)
-	case ledger.OutcomeError:
-		logger.ErrorContext(ctx, "stripe refused the request; retrying with backoff", attrs...)
-		return fmt.Errorf("charge %d refused by stripe (%d %s): %s", charge.ID, outcome.HTTPStatus, outcome.ErrorCode, outcome.ErrorMessage)
-	case ledger.OutcomeRetryLater:
-		wait := w.retryLaterMin + jitter(w.retryLaterMax-w.retryLaterMin)
-		logger.InfoContext(ctx, "stripe asked to retry later; snoozing", append(attrs, slog.Duration("snooze", wait))...)
-		return river.JobSnooze(wait)
-	default: // a hold is alerted by the ledger (alert=charge_held)
-		logger.InfoContext(ctx, "charge attempted", attrs...)
 	}
 	return nil
 }
 
-// lookUp is step 3 for a claim that needs a look-up (ledger.Claim.Lookup):
-// one PaymentIntent of the charge found → the charge takes its outcome and the
-// job completes (done); several, or one that differs from the charge → held
-// (done); none → ChargeLookupNone commits the key to call with (the next
-// generation when the key expired) and the attempt row, and the returned
-// claim calls Stripe.
-func (w *ChargePeriodWorker) lookUp(ctx context.Context, job *river.Job[ChargePeriodArgs], claim *ledger.Claim, claimedAt time.Time, actor string, logger *slog.Logger) (*ledger.Claim, bool, error) {
-	pis, err := chargePaymentIntents(ctx, w.stripe, claim.Charge)
-	if err != nil {
-		w.release(ctx, claim, logger)
-		return nil, false, err
-	}
-	o, found := reconcileOutcome(claim.Charge, pis, w.stripe.Livemode())
-	if !found {
-		if err := w.leaseLeft(ctx, claimedAt); err != nil {
-			w.release(ctx, claim, logger)
-			return nil, false, err
-		}
-		next, err := w.ledger.ChargeLookupNone(ctx, claim, actor)
-		if err != nil {
-			return nil, false, err
-		}
-		if claim.KeyExpired {
-			logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
-				slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
-		}
-		if err := w.crash(crashAfterLookup); err != nil {
-			return nil, false, err
-		}
-		return next, false, nil
-	}
-	charge, err := w.ledger.ChargeRecordOutcome(ctx, claim, o, actor, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+// step is how one step of a charge run ends: go on to the next step, or end
+// the run with err — nil when the job is done, river.JobSnooze to run again
+// later, any other error for River to retry with backoff.
+type step struct {
+	end bool
+	err error
+}
+
+// goOn is the step that hands over to the next one.
+var goOn = step{}
+
+// endRun ends the run with err (nil: the job is done).
+func endRun(err error) step { return step{end: true, err: err} }
+
+// chargeRun is one run of a charge job: what its steps hand on.
+type chargeRun struct {
+	w      *ChargePeriodWorker
+	job    *river.Job[ChargePeriodArgs]
+	actor  string
+	logger *slog.Logger
+
+	charge   *ledger.Charge // step 1
+	lease    *ledger.Claim  // step 2, readied for the call by step 3
+	leasedAt time.Time      // step 2, on the monotonic clock: how long the run has held the lease
+	outcome  ledger.Outcome // step 4
+}
+
+func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
+	return &chargeRun{w: w, job: job, actor: fmt.Sprintf("job:%d/%d", job.ID, job.Attempt),
+		logger: w.logger.With(slog.String("customer_id", job.Args.CustomerID), slog.String("period", job.Args.Period),
+			slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))}
+}
+
+// close is step 1a: close the period and find or create its charge. A charge
+// that is terminal, held or processing needs no Stripe call: the job is done.
+func (r *chargeRun) close(ctx context.Context) step {
+	c, err := r.w.ledger.PeriodClose(ctx, ledger.PeriodCloseParams{
+		CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor,
 	})
 	if err != nil {
-		return nil, false, err
+		return endRun(err)
 	}
-	// A hold is alerted by the ledger (alert=charge_held).
-	logger.InfoContext(ctx, "charge found on Stripe before calling", slog.Int64("charge_id", charge.ID), slog.String("status", string(charge.Status)),
-		slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
-	if charge.Terminal() || charge.Status == ledger.ChargeHeld || charge.Status == ledger.ChargeProcessing {
-		return nil, true, nil
+	if !c.Status.Chargeable() {
+		r.logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)))
+		return endRun(nil)
 	}
-	return nil, true, fmt.Errorf("charge %d found on Stripe, now %s", charge.ID, charge.Status)
+	r.charge = c
+	return goOn
+}
+
+// paymentMethod is step 1b: a charge whose customer has no payment method
+// registered takes the Stripe customer's default one, once, before its first
+// attempt (ledger.ChargeSetPaymentMethod). With no default either, the charge
+// goes on without one and Stripe's answer fails it.
+func (r *chargeRun) paymentMethod(ctx context.Context) step {
+	c := r.charge
+	if c.StripePaymentMethodID != nil || c.FirstAttemptedAt != nil {
+		return goOn
+	}
+	cust, err := r.w.stripe.CustomerGet(ctx, c.StripeCustomerID)
+	if err != nil {
+		if stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed {
+			return goOn // e.g. no such customer: the create will fail the charge with Stripe's code
+		}
+		return endRun(fmt.Errorf("error looking up default payment method of %s: %w", c.StripeCustomerID, err))
+	}
+	if cust.InvoiceSettings == nil || cust.InvoiceSettings.DefaultPaymentMethod == nil || cust.InvoiceSettings.DefaultPaymentMethod.ID == "" {
+		return goOn
+	}
+	if r.charge, err = r.w.ledger.ChargeSetPaymentMethod(ctx, c.ID, cust.InvoiceSettings.DefaultPaymentMethod.ID); err != nil {
+		return endRun(err)
+	}
+	return goOn
+}
+
+// claim is step 2: take the charge's lease, committed before any money
+// moves. Another run's live lease, or the kill switch, snoozes the job; a
+// charge settled meanwhile, or held or carried forward by its guards, ends
+// it.
+func (r *chargeRun) claim(ctx context.Context) step {
+	lease, err := r.w.ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{
+		ChargeID: r.charge.ID, Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
+	})
+	var held *ledger.LeaseHeldError
+	switch {
+	case errors.As(err, &held):
+		wait := max(held.Left, time.Second) + jitter(time.Second)
+		r.logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
+		return endRun(river.JobSnooze(wait))
+	case errors.Is(err, ledger.ErrChargingPaused):
+		r.logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
+		return endRun(river.JobSnooze(chargingPausedSnooze))
+	case err != nil:
+		return endRun(err)
+	case lease == nil:
+		return endRun(nil) // settled, held or carried forward; a hold is alerted by the ledger
+	}
+	r.lease, r.leasedAt = lease, time.Now()
+	return r.crashAt(crashAfterClaim)
+}
+
+// decideKey is step 3. Tally's own record can be lost (a restored backup, a
+// failover that drops the last commits) and Stripe forgets a key after 24 h,
+// so unless this database holds an attempt of the key's generation within
+// the key window (ledger.Claim.Lookup), look for the charge's
+// PaymentIntents on Stripe first. One found → the charge takes its outcome
+// and the job completes; several, or one that differs from the charge →
+// held; none → ledger.ChargeLookupNone commits the key to call with (the
+// next generation when the key expired) and the attempt row.
+func (r *chargeRun) decideKey(ctx context.Context) step {
+	if !r.lease.Lookup {
+		return goOn
+	}
+	pis, err := chargePaymentIntents(ctx, r.w.stripe, r.lease.Charge)
+	if err != nil {
+		return r.release(ctx, err)
+	}
+	o, found := reconcileOutcome(r.lease.Charge, pis, r.w.stripe.Livemode())
+	if found {
+		c, err := r.w.ledger.ChargeRecordOutcome(ctx, r.lease, o, r.actor, r.completeJob)
+		if err != nil {
+			return endRun(err)
+		}
+		// A hold is alerted by the ledger (alert=charge_held).
+		r.logger.InfoContext(ctx, "charge found on Stripe before calling", slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)),
+			slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
+		if c.Terminal() || c.Status == ledger.ChargeHeld || c.Status == ledger.ChargeProcessing {
+			return endRun(nil)
+		}
+		return endRun(fmt.Errorf("charge %d found on Stripe, now %s", c.ID, c.Status))
+	}
+	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
+		return r.release(ctx, err)
+	}
+	next, err := r.w.ledger.ChargeLookupNone(ctx, r.lease, r.actor)
+	if err != nil {
+		return endRun(err)
+	}
+	if r.lease.KeyExpired {
+		r.logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
+			slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
+	}
+	r.lease = next
+	return r.crashAt(crashAfterLookup)
+}
+
+// call is step 4: create the PaymentIntent. Parameters and key are a pure
+// function of the charge row. A run that stalled (GC, a paused VM) must not
+// call once its lease may have passed to another run, which may already have
+// moved on.
+func (r *chargeRun) call(ctx context.Context) step {
+	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
+		return r.release(ctx, err)
+	}
+	pi, err := r.w.stripe.PaymentIntentCreate(ctx, stripeapi.PaymentIntentParams(r.lease.Charge))
+	r.outcome = stripeapi.Classify(pi, err)
+	return r.crashAt(crashAfterStripe)
+}
+
+// record is step 5: record the outcome and, when the job's work is done,
+// complete the job in the same transaction. The answer is recorded even if
+// the job's deadline passed meanwhile. The outcome's class then says how the
+// job goes on (afterOutcome).
+func (r *chargeRun) record(ctx context.Context) step {
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	c, err := r.w.ledger.ChargeRecordOutcome(recordCtx, r.lease, r.outcome, r.actor, func(ctx context.Context, tx pgx.Tx) error {
+		if err := r.w.crash(crashBeforeComplete); err != nil {
+			return err
+		}
+		return r.completeJob(ctx, tx)
+	})
+	if err != nil {
+		return endRun(err)
+	}
+	o := r.outcome
+	next := r.afterOutcome(c, o)
+	level, msg := outcomeLog(o.Class)
+	attrs := []any{slog.Int64("charge_id", c.ID), slog.String("outcome", string(o.Class)),
+		slog.String("status", string(c.Status)), slog.String("payment_intent", o.StripePaymentIntentID),
+		slog.String("stripe_request_id", o.StripeRequestID), slog.Int("http_status", o.HTTPStatus),
+		slog.String("error_code", o.ErrorCode)}
+	if next != nil {
+		attrs = append(attrs, slog.String("then", next.Error()))
+	}
+	r.logger.Log(ctx, level, msg, attrs...)
+	return endRun(next)
+}
+
+// afterOutcome is how the job goes on once outcome o of its call is recorded
+// on charge c: an unknown outcome or a refused request is retried by River
+// with backoff (an error; the same key), a "not now" (429, key in use) is
+// snoozed with jitter, and every other class is done.
+func (r *chargeRun) afterOutcome(c *ledger.Charge, o ledger.Outcome) error {
+	switch o.Class {
+	case ledger.OutcomeUnknown:
+		return fmt.Errorf("charge %d outcome unknown (%s %s): %s", c.ID, o.ErrorType, o.ErrorCode, o.ErrorMessage)
+	case ledger.OutcomeError:
+		return fmt.Errorf("charge %d refused by stripe (%d %s): %s", c.ID, o.HTTPStatus, o.ErrorCode, o.ErrorMessage)
+	case ledger.OutcomeRetryLater:
+		return river.JobSnooze(r.w.retryLaterMin + jitter(r.w.retryLaterMax-r.w.retryLaterMin))
+	}
+	return nil
+}
+
+// outcomeLog is how a recorded outcome is logged, by class. A hold is
+// alerted by the ledger itself (alert=charge_held).
+func outcomeLog(class ledger.OutcomeClass) (slog.Level, string) {
+	switch class {
+	case ledger.OutcomeUnknown:
+		return slog.LevelWarn, "charge outcome unknown; retrying with the same key"
+	case ledger.OutcomeError:
+		return slog.LevelError, "stripe refused the request; retrying with backoff"
+	case ledger.OutcomeRetryLater:
+		return slog.LevelInfo, "stripe asked to retry later; snoozing"
+	}
+	return slog.LevelInfo, "charge attempted"
+}
+
+// completeJob completes the run's River job in tx, the transaction that
+// records the outcome.
+func (r *chargeRun) completeJob(ctx context.Context, tx pgx.Tx) error {
+	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, r.job)
+	return err
+}
+
+// release gives up the lease after a failure before any Stripe call, so the
+// retry need not wait for it to expire, and ends the run with err.
+func (r *chargeRun) release(ctx context.Context, err error) step {
+	if rerr := r.w.ledger.ChargeRelease(ctx, r.lease); rerr != nil {
+		r.logger.WarnContext(ctx, "error releasing charge lease", slog.String("error", rerr.Error()))
+	}
+	return endRun(err)
+}
+
+// crashAt stops the run at crash point (tests only), leaving its lease and
+// attempt row as they are, as if the process died there.
+func (r *chargeRun) crashAt(point string) step {
+	if err := r.w.crash(point); err != nil {
+		return endRun(err)
+	}
+	return goOn
 }
 
 // recordTimeout bounds the transaction that records an outcome.
@@ -266,32 +370,6 @@ func (w *ChargePeriodWorker) leaseLeft(ctx context.Context, claimedAt time.Time)
 
 // leaseCallMargin is how much lease must remain after a Stripe call.
 const leaseCallMargin = 5 * time.Second
-
-// release gives up a claim after a failure before any Stripe call, so the
-// retry need not wait for the lease to expire.
-func (w *ChargePeriodWorker) release(ctx context.Context, claim *ledger.Claim, logger *slog.Logger) {
-	if err := w.ledger.ChargeRelease(ctx, claim); err != nil {
-		logger.WarnContext(ctx, "error releasing charge lease", slog.String("error", err.Error()))
-	}
-}
-
-// snapshotPaymentMethod stores the Stripe customer's default payment method
-// on a charge whose customer has none registered. With no default either,
-// the charge goes on without one and Stripe's answer fails it.
-func (w *ChargePeriodWorker) snapshotPaymentMethod(ctx context.Context, charge *ledger.Charge) (*ledger.Charge, error) {
-	cust, err := w.stripe.CustomerGet(ctx, charge.StripeCustomerID)
-	if err != nil {
-		o := stripeapi.Classify(nil, err)
-		if o.Class == ledger.OutcomeFailed {
-			return charge, nil // e.g. no such customer: the create will fail the charge with Stripe's code
-		}
-		return nil, fmt.Errorf("error looking up default payment method of %s: %w", charge.StripeCustomerID, err)
-	}
-	if cust.InvoiceSettings == nil || cust.InvoiceSettings.DefaultPaymentMethod == nil || cust.InvoiceSettings.DefaultPaymentMethod.ID == "" {
-		return charge, nil
-	}
-	return w.ledger.ChargeSetPaymentMethod(ctx, charge.ID, cust.InvoiceSettings.DefaultPaymentMethod.ID)
-}
 
 // owner names this run uniquely: two runs of the same job attempt (a rescued
 // job whose first run still lives) get different owners.

@@ -131,12 +131,12 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 		res.Action = "requeued"
 		return res, nil
 	}
-	charge, changed, err := l.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Outcome: o, Actor: "reconciler"})
+	applied, err := l.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Outcome: o, Actor: "reconciler"})
 	if err != nil {
 		return nil, err
 	}
-	res.Charge, res.Action = charge, "unchanged"
-	if changed {
+	res.Charge, res.Action = applied.Charge, "unchanged"
+	if applied.Changed {
 		res.Action = "resolved"
 	}
 	return res, nil

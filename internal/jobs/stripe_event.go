@@ -85,25 +85,26 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.St
 		o := stripeapi.OutcomeOf(&pi)
 		o.ResolvedBy = actor
 		facts := paymentIntentFacts(&pi)
-		c, changed, err := w.ledger.ChargeResolveTx(ctx, tx, ledger.ChargeResolveParams{
+		applied, err := w.ledger.ChargeReconcileTx(ctx, tx, ledger.ChargeReconcileParams{
 			ChargeKey: pi.Metadata["tally_charge_key"], Outcome: o, Actor: actor,
 			PaymentIntent: &facts, Livemode: w.livemode,
 		})
-		var double *ledger.DoubleChargeError
-		switch {
-		case errors.Is(err, ledger.ErrNotFound):
+		if errors.Is(err, ledger.ErrNotFound) {
 			return ledger.StripeEventIgnored, "PaymentIntent " + pi.ID + " is not Tally's", nil
-		case errors.As(err, &double):
-			w.logger.ErrorContext(ctx, double.Error(), slog.String("event_id", ev.ID))
-			return ledger.StripeEventProcessed, double.Error(), nil
-		case err != nil:
+		}
+		if err != nil {
 			return "", "", err
 		}
-		if changed {
+		c := applied.Charge
+		if applied.Changed {
 			w.ledger.AlertIfHeld(ctx, "", c, actor)
 		}
+		if d := applied.DoubleCharge; d != nil {
+			w.logger.ErrorContext(ctx, d.Alert(), slog.String("alert", "double_charge"), slog.String("event_id", ev.ID))
+			return ledger.StripeEventProcessed, d.Alert(), nil
+		}
 		w.logger.InfoContext(ctx, "stripe event applied", slog.String("event_id", ev.ID), slog.String("type", string(e.Type)),
-			slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)), slog.Bool("changed", changed))
+			slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)), slog.Bool("changed", applied.Changed))
 		return ledger.StripeEventProcessed, "", nil
 
 	case "charge.refunded":

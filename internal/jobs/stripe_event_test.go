@@ -105,7 +105,7 @@ func TestStripeWebhooks(t *testing.T) {
 		require.Equal(t, ledger.StripeEventReceived, b.eventStatus(t, ctx, "evt_crash"))
 		// A processing attempt dies half-way: nothing it did is kept.
 		err := b.Ledger.StripeEventHandle(ctx, "evt_crash", func(ctx context.Context, tx pgx.Tx, ev *ledger.StripeEvent) (string, string, error) {
-			_, _, err := b.Ledger.ChargeResolveTx(ctx, tx, ledger.ChargeResolveParams{ChargeID: charge.ID,
+			_, err := b.Ledger.ChargeReconcileTx(ctx, tx, ledger.ChargeReconcileParams{ChargeID: charge.ID,
 				Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: *c.StripePaymentIntentID}, Actor: "test"})
 			require.NoError(t, err)
 			return "", "", errors.New("process died")

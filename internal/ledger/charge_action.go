@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -119,12 +118,9 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 	var before, after *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
-		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("charge %d", p.ChargeID)
-		}
+		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
-			return fmt.Errorf("error locking charge: %w", err)
+			return err
 		}
 		if c.LeaseLive() {
 			return &ConflictError{Code: ConflictChargeLeased, Detail: fmt.Sprintf(
@@ -199,7 +195,10 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen
 			c.CustomerID, c.Period).Scan(&jobID); err != nil {
 			return nil, fmt.Errorf("error finding charge job: %w", err)
 		}
-		return updated, l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID)
+		if err := l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID); err != nil {
+			return nil, err
+		}
+		return updated, nil
 	})
 }
 
@@ -281,12 +280,9 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 	var after *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
-		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("charge %d", p.ChargeID)
-		}
+		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
-			return fmt.Errorf("error locking charge: %w", err)
+			return err
 		}
 		switch {
 		case c.Status == ChargeHeld && c.HeldReason != nil && c.HeldReason.Conflicting():
@@ -331,9 +327,9 @@ func (l *Ledger) ChargeResolveSettle(ctx context.Context, job ChargeResolveJob, 
 	var charge *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
-		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, job.ChargeID))
+		c, err := chargeLockTx(ctx, tx, job.ChargeID)
 		if err != nil {
-			return fmt.Errorf("error locking charge: %w", err)
+			return err
 		}
 		if c.Status != ChargeHeld { // settled by an earlier run, or a succeeded charge's own kept
 			charge = c

@@ -88,11 +88,7 @@ func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, 
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		claim, held, carried = nil, nil, nil
 		now := l.now()
-		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
-FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("charge %d", p.ChargeID)
-		}
+		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
 			return err
 		}
@@ -106,17 +102,18 @@ FROM billing.charges WHERE id = $1 FOR UPDATE`, p.ChargeID))
 			return err
 		}
 		if !c.BudgetReserved {
-			reason, detail, err := l.chargeGuardsTx(ctx, tx, c)
-			if errors.Is(err, errCarryForward) {
-				carried, err = chargeCarryForwardTx(ctx, tx, now, c, p.actor(), detail)
-				return err
-			}
+			v, err := l.chargeGuardsTx(ctx, tx, c)
 			if err != nil {
 				return err
 			}
-			if reason != "" {
-				held, err = chargeApplyOutcomeTx(ctx, tx, now, c, Outcome{Class: OutcomeHeld, HeldReason: reason, ErrorMessage: detail},
-					p.actor(), false)
+			switch {
+			case v.carry:
+				carried, err = chargeCarryForwardTx(ctx, tx, now, c, p.actor(), v.detail)
+				return err
+			case v.hold != "":
+				applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c,
+					Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), false)
+				held = applied.Charge
 				return err
 			}
 		}
@@ -165,32 +162,6 @@ RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now))
 // actor is who claims, for the transitions log: the job run.
 func (p ChargeClaimParams) actor() string {
 	return fmt.Sprintf("job:%d/%d", p.JobID, p.JobAttempt)
-}
-
-// attemptStartTx appends the attempt row of the Stripe call about to be made
-// with the claim's current key, and marks the first use of that key.
-func attemptStartTx(ctx context.Context, tx pgx.Tx, now time.Time, claim *Claim) error {
-	c := claim.Charge
-	var jobID *int64
-	var jobAttempt *int
-	if claim.params.JobID != 0 {
-		jobID, jobAttempt = &claim.params.JobID, &claim.params.JobAttempt
-	}
-	if err := tx.QueryRow(ctx, `
-INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
-                                     river_job_id, river_attempt, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now).Scan(&claim.AttemptID); err != nil {
-		return fmt.Errorf("error logging attempt: %w", err)
-	}
-	if c.GenerationFirstAttemptedAt == nil {
-		if _, err := tx.Exec(ctx, `
-UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.ID, now); err != nil {
-			return fmt.Errorf("error marking first use of key: %w", err)
-		}
-		c.GenerationFirstAttemptedAt = &now
-	}
-	return nil
 }
 
 // ChargeRelease gives up a claim's lease without an outcome, so the next run

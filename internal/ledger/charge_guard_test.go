@@ -310,7 +310,7 @@ func TestChargeOperatorActions(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := guardBundle(t, ledger.Config{})
 		c := closedWith(t, ctx, b, "acme", 500)
-		_, _, err := b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: c.ID, Actor: "reconciler",
+		_, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
 			Outcome: ledger.Outcome{Class: ledger.OutcomeHeld, HeldReason: ledger.HeldDoubleCharge, ErrorMessage: "pi_1, pi_2"}})
 		require.NoError(t, err)
 		_, err = b.Ledger.ChargeApprove(ctx, act(c.ID))
@@ -368,7 +368,7 @@ func TestChargeOperatorActions(t *testing.T) {
 		other := closedWith(t, ctx, b, "other", 500)
 		_, err = b.Ledger.ChargeCancel(ctx, act(other.ID))
 		require.NoError(t, err)
-		_, _, err = b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{ChargeID: other.ID, Actor: "webhook:evt_1",
+		_, err = b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: other.ID, Actor: "webhook:evt_1",
 			Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_late"}})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_late succeeded%'`, other.ID))

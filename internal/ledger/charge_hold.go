@@ -21,7 +21,7 @@ func (l *Ledger) alertIfHeld(ctx context.Context, from ChargeStatus, c *Charge, 
 }
 
 // AlertIfHeld is alertIfHeld for a charge moved in a caller's transaction
-// (ChargeResolveTx), to be called once that transaction committed.
+// (ChargeReconcileTx), to be called once that transaction committed.
 func (l *Ledger) AlertIfHeld(ctx context.Context, from ChargeStatus, c *Charge, actor string) {
 	l.alertIfHeld(ctx, from, c, actor)
 }

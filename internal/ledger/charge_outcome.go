@@ -3,7 +3,6 @@ package ledger
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,80 +30,6 @@ type Outcome struct {
 	HeldReason HeldReason
 }
 
-// ErrLeaseLost is returned by ChargeRecordOutcome when the caller no longer
-// holds the charge's lease: another run took over and will record the same
-// Stripe result, which the shared idempotency key guarantees.
-var ErrLeaseLost = errors.New("charge lease lost")
-
-// ChargeRecordOutcome is step 5 of the money path. In one transaction it
-// finishes the claim's attempt row (when it has one), moves the charge by the
-// outcome's class (succeeded, processing, failed, unknown, held; retry_later
-// and error keep its status), releases the lease, logs the transition with
-// actor, and, when the job's work is done (every class but unknown,
-// retry_later and error), runs done in the same transaction — the worker
-// completes its River job there, so the outcome and the job's completion
-// commit together.
-//
-// When a webhook or the reconciler settled the charge while the claimant was
-// calling Stripe, the charge keeps that status (transitions are monotonic);
-// the attempt is still recorded and done still runs.
-//
-// It returns ErrLeaseLost, writing nothing, when claim's lease was taken
-// over.
-func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
-	var charge, before *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		now := l.now()
-		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, claim.Charge.ID))
-		if err != nil {
-			return fmt.Errorf("error locking charge: %w", err)
-		}
-		before = c
-		if c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
-			return ErrLeaseLost
-		}
-
-		if claim.AttemptID != 0 {
-			tag, err := tx.Exec(ctx, `
-UPDATE billing.charge_attempts
-SET finished_at = $2, outcome = $3, http_status = $4, stripe_request_id = $5,
-    stripe_payment_intent_id = $6, error_type = $7, error_code = $8, error_message = $9
-WHERE id = $1 AND finished_at IS NULL`, claim.AttemptID, now, o.Class, nullInt(o.HTTPStatus),
-				nullString(o.StripeRequestID), nullString(o.StripePaymentIntentID), nullString(o.ErrorType),
-				nullString(o.ErrorCode), nullString(o.ErrorMessage))
-			if err != nil {
-				return fmt.Errorf("error finishing attempt: %w", err)
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("attempt %d is already finished", claim.AttemptID)
-			}
-		}
-
-		charge, _, _, err = l.chargeTakeOutcomeTx(ctx, tx, now, c, o, actor, true)
-		if err != nil {
-			return fmt.Errorf("error applying outcome: %w", err)
-		}
-		switch o.Class {
-		case OutcomeUnknown, OutcomeRetryLater, OutcomeError:
-			if !charge.Terminal() {
-				return nil
-			}
-		}
-		if done != nil {
-			return done(ctx, tx)
-		}
-		return nil
-	})
-	if errors.Is(err, ErrLeaseLost) {
-		return nil, ErrLeaseLost
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error recording outcome of charge %d: %w", claim.Charge.ID, err)
-	}
-	l.alertIfHeld(ctx, before.Status, charge, actor)
-	return charge, nil
-}
-
 // chargeMayTake reports whether charge c may take an outcome o; transitions
 // are monotonic. Pending and unknown take any outcome; processing only a
 // final one. A failed or held charge takes only a success of the PaymentIntent
@@ -127,47 +52,94 @@ func chargeMayTake(c *Charge, o Outcome) bool {
 	return false
 }
 
-// chargeTakeOutcomeTx applies outcome o to the locked charge c when it may
-// take it, and reports whether its status changed. A PaymentIntent other than
-// the one c names is never recorded over it: it is a double charge, which
-// holds an unsettled charge and, on a settled one, is logged as an ALERT
-// transition (status unchanged) for a human. releaseLease also clears the
-// lease, whatever happens.
-func (l *Ledger) chargeTakeOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, bool, *DoubleChargeError, error) {
+// Applied is what applying an outcome did to a charge
+// (chargeApplyOutcomeTx, ChargeReconcile).
+type Applied struct {
+	// Charge is the charge as stored after.
+	Charge *Charge
+
+	// Changed reports whether the charge's status changed.
+	Changed bool
+
+	// DoubleCharge is set when the outcome named a PaymentIntent other than
+	// the one the charge names: money may have moved twice. The charge was
+	// held if it was not final, and the alert is in its transitions either
+	// way; it is logged as an ERROR line too.
+	DoubleCharge *DoubleCharge
+}
+
+// DoubleCharge is a second PaymentIntent carrying a charge's key: money may
+// have moved twice, and a human must look.
+type DoubleCharge struct {
+	ChargeID       int64
+	PaymentIntents []string
+}
+
+// Alert says it in one line, for logs and the transitions log.
+func (d *DoubleCharge) Alert() string {
+	return fmt.Sprintf("ALERT double charge: charge %d has PaymentIntents %v", d.ChargeID, d.PaymentIntents)
+}
+
+// chargeApplyOutcomeTx is the one way an outcome moves a charge: every path
+// (the claimant's own call, the look-up, a webhook, the reconciler, the
+// guards) goes through it. It applies o to the locked charge c when c may
+// take it (chargeMayTake). A PaymentIntent other than the one c names is
+// never recorded over it: it is a double charge, which holds an unsettled
+// charge and, on a settled one, is logged as an ALERT transition (status
+// unchanged) for a human. releaseLease also clears the lease, whatever
+// happens.
+func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
-		double := &DoubleChargeError{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
-		l.logger.ErrorContext(ctx, double.Error(), "actor", actor, "outcome", string(o.Class))
+		double := &DoubleCharge{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
+		l.logger.ErrorContext(ctx, double.Alert(), "alert", "double_charge", "actor", actor, "outcome", string(o.Class))
 		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
-			held, err := chargeApplyOutcomeTx(ctx, tx, now, c, Outcome{
-				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Error(),
+			held, err := chargeWriteOutcomeTx(ctx, tx, now, c, Outcome{
+				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Alert(),
 			}, actor, releaseLease)
-			return held, err == nil, double, err
+			if err != nil {
+				return Applied{}, err
+			}
+			return Applied{Charge: held, Changed: true, DoubleCharge: double}, nil
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
-			fmt.Sprintf("ALERT %s; Stripe says %s %s", double.Error(), pi, o.Class)); err != nil {
-			return nil, false, double, err
+		c, err := chargeAlertTx(ctx, tx, now, c, actor, fmt.Sprintf("%s; Stripe says %s %s", double.Alert(), pi, o.Class), releaseLease)
+		if err != nil {
+			return Applied{}, err
 		}
-		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
-		return c, false, double, err
+		return Applied{Charge: c, DoubleCharge: double}, nil
 	}
 	if !chargeMayTake(c, o) {
+		var err error
 		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {
 			// Money moved for a charge Tally settled without it (canceled,
 			// failed, carried): never silent.
 			msg := fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
 			l.logger.ErrorContext(ctx, msg, "alert", "settled_charge_paid", "actor", actor)
-			if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
-				return nil, false, nil, err
-			}
+			c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
+		} else {
+			c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
 		}
-		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
-		return c, false, nil, err
+		if err != nil {
+			return Applied{}, err
+		}
+		return Applied{Charge: c}, nil
 	}
-	updated, err := chargeApplyOutcomeTx(ctx, tx, now, c, o, actor, releaseLease)
+	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, o, actor, releaseLease)
 	if err != nil {
-		return nil, false, nil, err
+		return Applied{}, err
 	}
-	return updated, updated.Status != c.Status, nil, nil
+	return Applied{Charge: updated, Changed: updated.Status != c.Status}, nil
+}
+
+// chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,
+// and clears its lease when releaseLease is set.
+func chargeAlertTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, msg string, releaseLease bool) (*Charge, error) {
+	if !strings.HasPrefix(msg, "ALERT") {
+		msg = "ALERT " + msg
+	}
+	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
+		return nil, err
+	}
+	return chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
 }
 
 // chargeLeaseReleaseTx clears the lease of c when release is set.
@@ -200,10 +172,11 @@ func chargeOutcomeStatus(from ChargeStatus, o Outcome) (ChargeStatus, error) {
 	return "", fmt.Errorf("unknown outcome class %q", o.Class)
 }
 
-// chargeApplyOutcomeTx moves the locked charge c by outcome o, logs the
-// transition, and keeps the period's spend (chargeSpendTx); releaseLease
-// also clears its lease.
-func chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, error) {
+// chargeWriteOutcomeTx writes outcome o on the locked charge c: its status,
+// PaymentIntent, failure or hold; it logs the transition and keeps the
+// period's spend (chargeSpendTx); releaseLease also clears its lease. Only
+// chargeApplyOutcomeTx calls it, once it decided that c may take o.
+func chargeWriteOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, error) {
 	next, err := chargeOutcomeStatus(c.Status, o)
 	if err != nil {
 		return nil, err
@@ -261,20 +234,4 @@ RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
 		}
 	}
 	return charge, nil
-}
-
-func ptr[T any](v T) *T { return &v }
-
-func nullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func nullInt(n int) *int {
-	if n == 0 {
-		return nil
-	}
-	return &n
 }

@@ -280,25 +280,26 @@ func TestChargeClaim(t *testing.T) {
 	})
 }
 
-func TestChargeResolve(t *testing.T) {
+func TestChargeReconcile(t *testing.T) {
 	t.Parallel()
 
-	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class ledger.OutcomeClass, pi string) (*ledger.Charge, bool, error) {
+	resolve := func(t *testing.T, ctx context.Context, b *testBundle, class ledger.OutcomeClass, pi string) (*ledger.Charge, bool, *ledger.DoubleCharge, error) {
 		t.Helper()
-		return b.Ledger.ChargeResolve(ctx, ledger.ChargeResolveParams{
+		a, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{
 			ChargeKey: ledger.ChargeKey("default", "acme", "2026-11"), Actor: "webhook:test",
 			Outcome: ledger.Outcome{Class: class, StripePaymentIntentID: pi, ErrorCode: "x"},
 		})
+		return a.Charge, a.Changed, a.DoubleCharge, err
 	}
 
 	t.Run("FailedThenPaidOnTheSamePaymentIntent", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := closedCharge(t)
-		c, _, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_A")
+		c, _, _, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_A")
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeFailed, c.Status)
 		// The customer authenticates on-session later: the money moved.
-		c, changed, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		c, changed, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		require.True(t, changed)
 		require.Equal(t, ledger.ChargeSucceeded, c.Status)
@@ -307,10 +308,10 @@ func TestChargeResolve(t *testing.T) {
 	t.Run("LateNewsNeverMovesBackwards", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := closedCharge(t)
-		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		for _, class := range []ledger.OutcomeClass{ledger.OutcomeProcessing, ledger.OutcomeFailed, ledger.OutcomeSucceeded} {
-			c, changed, err := resolve(t, ctx, b, class, "pi_A")
+			c, changed, _, err := resolve(t, ctx, b, class, "pi_A")
 			require.NoError(t, err)
 			require.False(t, changed, class)
 			require.Equal(t, ledger.ChargeSucceeded, c.Status)
@@ -320,24 +321,25 @@ func TestChargeResolve(t *testing.T) {
 	t.Run("SecondPaymentIntentHoldsAndNeverOverwrites", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, charge := closedCharge(t)
-		_, _, err := resolve(t, ctx, b, ledger.OutcomeProcessing, "pi_A")
+		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeProcessing, "pi_A")
 		require.NoError(t, err)
 		// A failure of another PaymentIntent with the same key changes nothing.
-		c, changed, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_B")
-		var double *ledger.DoubleChargeError
-		require.ErrorAs(t, err, &double)
+		c, changed, double, err := resolve(t, ctx, b, ledger.OutcomeFailed, "pi_B")
+		require.NoError(t, err)
+		require.NotNil(t, double)
 		require.False(t, changed)
 		require.Equal(t, ledger.ChargeProcessing, c.Status)
 		require.Equal(t, "pi_A", *c.StripePaymentIntentID)
 		// Its success is a double charge: held for a human.
-		c, changed, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
-		require.ErrorAs(t, err, &double)
+		c, changed, double, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
+		require.NoError(t, err)
+		require.Equal(t, []string{"pi_A", "pi_B"}, double.PaymentIntents)
 		require.True(t, changed)
 		require.Equal(t, ledger.ChargeHeld, c.Status)
 		require.Contains(t, *c.HeldReason, "double_charge")
 		require.Equal(t, "pi_A", *c.StripePaymentIntentID)
 		// And the hold stays, whatever the first PaymentIntent does.
-		c, _, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		c, _, _, err = resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeHeld, c.Status)
 		require.Equal(t, int64(2), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE '%ALERT%'`, charge.ID))
@@ -346,11 +348,11 @@ func TestChargeResolve(t *testing.T) {
 	t.Run("SecondPaymentIntentOnSettledChargeIsAlerted", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, charge := closedCharge(t)
-		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
+		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
-		c, changed, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
-		var double *ledger.DoubleChargeError
-		require.ErrorAs(t, err, &double)
+		c, changed, double, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
+		require.NoError(t, err)
+		require.NotNil(t, double)
 		require.False(t, changed)
 		require.Equal(t, ledger.ChargeSucceeded, c.Status)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_B%'`, charge.ID))
@@ -359,7 +361,7 @@ func TestChargeResolve(t *testing.T) {
 	t.Run("UnknownCharge", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
-		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_X")
+		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_X")
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 }

@@ -53,7 +53,10 @@ func (l *Ledger) ChargingGet(ctx context.Context) (*ChargingStatus, error) {
 		st, err = l.chargingGetTx(ctx, tx)
 		return err
 	})
-	return st, err
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 func (l *Ledger) chargingGetTx(ctx context.Context, tx pgx.Tx) (*ChargingStatus, error) {

@@ -317,3 +317,7 @@ func isLowerAlpha(s string) bool {
 // AmountCentsMax is the largest amount, in minor units, of one usage event or
 // one customer's per-period cap (10^12).
 const AmountCentsMax int64 = 1_000_000_000_000
+
+// Now returns the ledger's clock reading (Config.Clock), for callers that
+// must measure time the way the ledger does.
+func (l *Ledger) Now() time.Time { return l.now() }

@@ -1,0 +1,67 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A charge below Stripe's minimum for its currency is not sent: its claim
+// settles it carried_forward (chargeCarryForwardTx), and the customer's next
+// charge in that currency bills it (chargeCarriedInTx, chargeCarriedIntoTx).
+
+// chargeCarryForwardTx settles a pending charge below Stripe's minimum as
+// carried_forward: no Stripe call; the customer's next charge bills it
+// (chargeCarriedInTx).
+func chargeCarryForwardTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, reason string) (*Charge, error) {
+	carried, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+	if err != nil {
+		return nil, fmt.Errorf("error carrying charge %d forward: %w", c.ID, err)
+	}
+	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, carried.Status, actor, reason); err != nil {
+		return nil, err
+	}
+	return carried, nil
+}
+
+// chargeCarriedInTx takes into a new charge of customerID in currency every
+// earlier charge of theirs carried forward and not yet billed: it locks them,
+// and returns their ids and total, for the new charge to add. The caller sets
+// their carried_into (chargeCarriedIntoTx) once the new charge exists.
+func chargeCarriedInTx(ctx context.Context, tx pgx.Tx, customerID, currency string) ([]int64, int64, error) {
+	rows, err := tx.Query(ctx, `
+SELECT id, amount_cents FROM billing.charges
+WHERE customer_id = $1 AND currency = $2 AND status = 'carried_forward' AND carried_into IS NULL
+ORDER BY id FOR UPDATE`, customerID, currency)
+	if err != nil {
+		return nil, 0, fmt.Errorf("error finding carried charges: %w", err)
+	}
+	var ids []int64
+	var total int64
+	for rows.Next() {
+		var id, amount int64
+		if err := rows.Scan(&id, &amount); err != nil {
+			return nil, 0, err
+		}
+		ids, total = append(ids, id), total+amount
+	}
+	return ids, total, rows.Err()
+}
+
+// chargeCarriedIntoTx records that charge into bills the carried charges ids,
+// with a transition (status unchanged) on each.
+func chargeCarriedIntoTx(ctx context.Context, tx pgx.Tx, now time.Time, ids []int64, into int64, actor string) error {
+	for _, id := range ids {
+		if _, err := tx.Exec(ctx, `UPDATE billing.charges SET carried_into = $2, updated_at = $3 WHERE id = $1`, id, into, now); err != nil {
+			return fmt.Errorf("error carrying charge %d into %d: %w", id, into, err)
+		}
+		status := ChargeCarriedForward
+		if err := transitionTx(ctx, tx, now, id, &status, status, actor, fmt.Sprintf("carried into charge %d", into)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
