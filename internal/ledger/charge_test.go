@@ -38,7 +38,7 @@ func (b *testBundle) close(t *testing.T, ctx context.Context) *ledger.Charge {
 // closedCharge sets up acme's November with one event, closed.
 func closedCharge(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
 	t.Helper()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 	require.NoError(t, err)
 	return ctx, b, b.close(t, ctx)
@@ -49,7 +49,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("CapHoldsCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		limit := int64(150)
 		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
 		require.NoError(t, err)
@@ -71,7 +71,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("EventsRacingTheCloseAreChargedOrRejected", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("first", 1))
 		require.NoError(t, err)
 
@@ -127,7 +127,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("ExistingChargeIsReturnedUnchanged", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		first := b.close(t, ctx)
@@ -138,14 +138,14 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-10", Actor: "test"})
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 
 	t.Run("SnapshotsParameters", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e2", 23)})
 		require.NoError(t, err)
 		c := b.close(t, ctx)
@@ -358,7 +358,7 @@ func TestChargeResolve(t *testing.T) {
 
 	t.Run("UnknownCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_X")
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
@@ -499,7 +499,7 @@ WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND a
 
 func TestChargeListStale(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	for _, c := range []string{"a", "p", "u"} {
 		b.Customer(t, c)
 		ev := event("e1", 100)

@@ -23,7 +23,7 @@ func requireForeignKeyViolation(t *testing.T, err error, contains string) {
 // period with events deleted or re-keyed.
 func TestUsageEventPeriodCheck(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	res, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 	require.NoError(t, err)
 	period := res.Event.Period

@@ -77,7 +77,7 @@ func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*
 // same handful of statements whatever its size; the rare cases (first event
 // of a period, replays) may take more.
 func TestUsageEventRoundTrips(t *testing.T) {
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	l, counter := countingLedger(t, b.Bundle, ledger.Config{})
 
 	t.Run("OneEventOneStatement", func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 // A batch answers each created event exactly as it was stored: a replay of
 // the batch, read back from Postgres, answers the same events.
 func TestUsageEventBatchAnswersAsStored(t *testing.T) {
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	qty := int64(7)
 	occurred := ledgertest.ClockStart.Add(-time.Hour + 123456789*time.Nanosecond)
 	batch := []ledger.UsageEventParams{
