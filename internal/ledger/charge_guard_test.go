@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
@@ -34,16 +33,17 @@ func (b *syncBuffer) String() string {
 }
 
 // guardBundle is a ledger with config (guards set) and a buffer of its logs.
-func guardBundle(t *testing.T, config ledger.Config) (context.Context, *ledgertest.Bundle, *syncBuffer) {
+func guardBundle(t *testing.T, config ledger.Config) (context.Context, *testBundle, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	config.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	return context.Background(), ledgertest.New(t, config), logs
+	ctx, b := setup(t, setupOpts{ledger: config, noCustomer: true})
+	return ctx, b, logs
 }
 
 // closedWith creates customer id with one event of amount and closes its
 // November charge, pending.
-func closedWith(t *testing.T, ctx context.Context, b *ledgertest.Bundle, id string, amount int64) *ledger.Charge {
+func closedWith(t *testing.T, ctx context.Context, b *testBundle, id string, amount int64) *ledger.Charge {
 	t.Helper()
 	b.Customer(t, id)
 	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: id, EventID: "e1", AmountCents: amount})
@@ -56,7 +56,7 @@ func closedWith(t *testing.T, ctx context.Context, b *ledgertest.Bundle, id stri
 
 // claim claims c as a worker run does and returns the claim (nil when the
 // guards held the charge) and the charge as stored.
-func claim(t *testing.T, ctx context.Context, b *ledgertest.Bundle, c *ledger.Charge) (*ledger.Claim, *ledger.Charge) {
+func claim(t *testing.T, ctx context.Context, b *testBundle, c *ledger.Charge) (*ledger.Claim, *ledger.Charge) {
 	t.Helper()
 	cl, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func claim(t *testing.T, ctx context.Context, b *ledgertest.Bundle, c *ledger.Ch
 	return cl, got
 }
 
-func spend(t *testing.T, ctx context.Context, b *ledgertest.Bundle) int64 {
+func spend(t *testing.T, ctx context.Context, b *testBundle) int64 {
 	t.Helper()
 	s, err := b.Ledger.PeriodSpendGet(ctx, "2026-11", "usd")
 	require.NoError(t, err)

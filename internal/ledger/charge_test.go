@@ -174,7 +174,7 @@ func TestPeriodClose(t *testing.T) {
 
 // expireLeases ends every lease now, as time passing would: leases live on
 // Postgres's clock, not the ledger's test clock.
-func expireLeases(t *testing.T, b *ledgertest.Bundle) {
+func expireLeases(t *testing.T, b *testBundle) {
 	t.Helper()
 	_, err := b.Pool.Exec(context.Background(), `
 UPDATE billing.charges SET lease_expires_at = now() - interval '1 second' WHERE lease_owner IS NOT NULL`)
@@ -201,7 +201,7 @@ func TestChargeClaim(t *testing.T) {
 		require.ErrorAs(t, err, &held)
 		require.Equal(t, "a", held.Owner)
 
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 		require.False(t, claim.Lookup, "an attempt of the generation is on record, within the key window")
@@ -216,7 +216,7 @@ func TestChargeClaim(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		fresh, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 
@@ -449,7 +449,7 @@ func TestChargeLookup(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, params(c, "a"))
 		require.NoError(t, err)
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		fresh := b.claimToCall(t, ctx, params(c, "b"))
 		require.NotZero(t, fresh.AttemptID)
 

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // TestOperationsSnapshotGet holds the shared snapshot of the state gauges to
@@ -20,8 +19,7 @@ import (
 // database).
 func TestOperationsSnapshotGet(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	var takes atomic.Int64
 	take := func(context.Context) (json.RawMessage, error) {
 		n := takes.Add(1)

@@ -14,12 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // financeConn connects to b's database as a new login role that is a
 // member of tally_readonly, dropped when the test ends.
-func financeConn(t *testing.T, b *ledgertest.Bundle) *pgx.Conn {
+func financeConn(t *testing.T, b *testBundle) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	suffix := make([]byte, 4)
@@ -41,8 +40,7 @@ func financeConn(t *testing.T, b *ledgertest.Bundle) *pgx.Conn {
 // The SQL surface for finance: the views answer, tally_readonly reads the
 // billing schema and nothing else, and every query of docs/sql.md runs.
 func TestSQLSurface(t *testing.T) {
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	for _, id := range []string{"acme", "beta", "gamma"} {
 		b.Customer(t, id)
 		for i, amount := range []int64{1200, 800} {

@@ -56,7 +56,7 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 
 // countingLedger returns a ledger of config on b's database, with b's clock,
 // whose pool counts every statement it sends.
-func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*ledger.Ledger, *statementCounter) {
+func countingLedger(t *testing.T, b *testBundle, config ledger.Config) (*ledger.Ledger, *statementCounter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*
 // of a period, replays) may take more.
 func TestUsageEventRoundTrips(t *testing.T) {
 	ctx, b := setup(t, setupOpts{})
-	l, counter := countingLedger(t, b.Bundle, ledger.Config{})
+	l, counter := countingLedger(t, b, ledger.Config{})
 
 	t.Run("OneEventOneStatement", func(t *testing.T) {
 		_, err := l.UsageEventRecord(ctx, event("first", 100)) // creates the period
