@@ -61,8 +61,7 @@ func (r bodyRoute) body(field, value string) string {
 // none answers 5xx (nor a body larger than what it was sent plus 64 KiB).
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setup(ctx, t)
+	_, b := setup(t, setupOpts{})
 	require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 
 	const secret = "whsec_badinput"
