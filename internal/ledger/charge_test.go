@@ -188,6 +188,22 @@ func TestChargeClaim(t *testing.T) {
 		return ledger.ChargeClaimParams{ChargeID: id, Owner: owner, LeaseTTL: time.Minute}
 	}
 
+	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
+		require.NoError(t, err)
+		for _, stmt := range []string{
+			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
+			"DELETE FROM billing.charge_attempts",
+			"UPDATE billing.charge_transitions SET actor = 'x'",
+		} {
+			_, err := b.Pool.Exec(ctx, stmt)
+			require.ErrorContains(t, err, "append-only", stmt)
+		}
+	})
+
 	t.Run("LeaseHeldThenExpires", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
@@ -228,6 +244,18 @@ func TestChargeClaim(t *testing.T) {
 		require.Nil(t, got.LeaseOwner)
 	})
 
+	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "job:1/1", nil)
+		require.NoError(t, err)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		require.NoError(t, err)
+		require.Nil(t, claim)
+	})
+
 	t.Run("SkewedClockNeverTakesALiveLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
@@ -248,34 +276,6 @@ func TestChargeClaim(t *testing.T) {
 			require.ErrorAs(t, err, &held, "the lease lives on Postgres's clock")
 			require.Equal(t, "a", held.Owner)
 			require.Greater(t, held.Left, 50*time.Second)
-		}
-	})
-
-	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
-		require.NoError(t, err)
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "job:1/1", nil)
-		require.NoError(t, err)
-		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
-		require.NoError(t, err)
-		require.Nil(t, claim)
-	})
-
-	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
-		require.NoError(t, err)
-		for _, stmt := range []string{
-			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
-			"DELETE FROM billing.charge_attempts",
-			"UPDATE billing.charge_transitions SET actor = 'x'",
-		} {
-			_, err := b.Pool.Exec(ctx, stmt)
-			require.ErrorContains(t, err, "append-only", stmt)
 		}
 	})
 }
@@ -458,6 +458,17 @@ func TestChargeLookup(t *testing.T) {
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
 	})
 
+	t.Run("MarkLeavesSettledChargesAlone", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, params(c, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
+		require.NoError(t, err)
+		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
+		require.NoError(t, err)
+		require.Empty(t, marked)
+	})
+
 	t.Run("MarkMakesTheNextCallLookUp", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, c := closedCharge(t)
@@ -483,17 +494,6 @@ WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND a
 		require.False(t, next.Charge.LookupRequired)
 		require.Equal(t, 0, next.Charge.KeyGeneration, "within the window the key stays")
 		require.Equal(t, *claim.Charge.GenerationFirstAttemptedAt, *next.Charge.GenerationFirstAttemptedAt, "the key's first use stays")
-	})
-
-	t.Run("MarkLeavesSettledChargesAlone", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim := b.claimToCall(t, ctx, params(c, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
-		require.NoError(t, err)
-		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
-		require.NoError(t, err)
-		require.Empty(t, marked)
 	})
 }
 

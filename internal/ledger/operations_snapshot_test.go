@@ -35,6 +35,7 @@ func TestOperationsSnapshotGet(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"take":1}`, string(first.State))
 
+	// In this order (by name too): they share one snapshot and count its takes, 1, 2 then 3.
 	t.Run("FreshIsShared", func(t *testing.T) {
 		for range 3 {
 			snap, err := replica().OperationsSnapshotGet(ctx, time.Hour, take)

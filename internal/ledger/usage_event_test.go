@@ -364,25 +364,6 @@ func TestUsageEventRecordBatch(t *testing.T) {
 		require.Equal(t, int64(1), b.jobCount(t), "beta's job rolled back")
 	})
 
-	t.Run("DuplicatesInsideBatchAreReplays", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		res, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{
-			event("x", 10), event("y", 20), event("x", 10),
-		})
-		require.NoError(t, err)
-		require.False(t, res[0].Replay)
-		require.False(t, res[1].Replay)
-		require.True(t, res[2].Replay)
-		require.Equal(t, res[0].Event, res[2].Event)
-		require.Equal(t, int64(2), b.eventCount(t))
-
-		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("z", 10), event("z", 11)})
-		var be *ledger.BatchError
-		require.ErrorAs(t, err, &be)
-		requireConflict(t, be.Items[1], ledger.ConflictIdempotency)
-	})
-
 	t.Run("ConcurrentOverlappingBatchesDoNotDeadlock", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -414,6 +395,25 @@ func TestUsageEventRecordBatch(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, int64(4), b.periodCount(t))
 		require.Equal(t, int64(4), b.jobCount(t))
+	})
+
+	t.Run("DuplicatesInsideBatchAreReplays", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		res, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{
+			event("x", 10), event("y", 20), event("x", 10),
+		})
+		require.NoError(t, err)
+		require.False(t, res[0].Replay)
+		require.False(t, res[1].Replay)
+		require.True(t, res[2].Replay)
+		require.Equal(t, res[0].Event, res[2].Event)
+		require.Equal(t, int64(2), b.eventCount(t))
+
+		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("z", 10), event("z", 11)})
+		var be *ledger.BatchError
+		require.ErrorAs(t, err, &be)
+		requireConflict(t, be.Items[1], ledger.ConflictIdempotency)
 	})
 
 	t.Run("SizeLimits", func(t *testing.T) {
