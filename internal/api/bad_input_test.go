@@ -91,34 +91,6 @@ func TestBadInput(t *testing.T) {
 		check(t, b.handler, req, len(target)+len(body))
 	}
 
-	t.Run("PathSegments", func(t *testing.T) {
-		for _, seg := range badSegments {
-			serve(t, http.MethodGet, "/v1/customers/"+seg, "")
-			serve(t, http.MethodPut, "/v1/customers/"+seg, `{"stripe_customer_id":"cus_1","currency":"usd"}`)
-			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods", "")
-			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods/2026-11", "")
-			serve(t, http.MethodGet, "/v1/customers/acme/periods/"+seg, "")
-			serve(t, http.MethodPost, "/v1/customers/"+seg+"/periods/2026-11/close", "")
-			serve(t, http.MethodPost, "/v1/customers/acme/periods/"+seg+"/close", "")
-			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
-		}
-	})
-
-	t.Run("QueryParameters", func(t *testing.T) {
-		for _, v := range badQueryValues {
-			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
-				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
-				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
-			}
-			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
-			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
-			serve(t, http.MethodGet, "/healthz?"+v, "")
-		}
-	})
-
 	t.Run("BodyFields", func(t *testing.T) {
 		event := map[string]string{
 			"customer_id": `"acme"`, "event_id": `"e2"`, "amount_cents": `1`, "currency": `"usd"`, "quantity": `1`,
@@ -159,6 +131,34 @@ func TestBadInput(t *testing.T) {
 		}
 		for _, body := range badBodies {
 			serve(t, http.MethodPost, "/v1/usage-events/batch", body)
+		}
+	})
+
+	t.Run("PathSegments", func(t *testing.T) {
+		for _, seg := range badSegments {
+			serve(t, http.MethodGet, "/v1/customers/"+seg, "")
+			serve(t, http.MethodPut, "/v1/customers/"+seg, `{"stripe_customer_id":"cus_1","currency":"usd"}`)
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods", "")
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods/2026-11", "")
+			serve(t, http.MethodGet, "/v1/customers/acme/periods/"+seg, "")
+			serve(t, http.MethodPost, "/v1/customers/"+seg+"/periods/2026-11/close", "")
+			serve(t, http.MethodPost, "/v1/customers/acme/periods/"+seg+"/close", "")
+			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
+		}
+	})
+
+	t.Run("QueryParameters", func(t *testing.T) {
+		for _, v := range badQueryValues {
+			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
+				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
+				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
+			}
+			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
+			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
+			serve(t, http.MethodGet, "/healthz?"+v, "")
 		}
 	})
 
