@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,41 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/api/apispectest"
-	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
-
-// testBundle is what an API test needs: a ledger on a fresh database with
-// customer "acme" (usd), the HTTP handler under test (newServer), and a key
-// with every scope.
-type testBundle struct {
-	*ledgertest.Bundle
-	handler http.Handler
-	secret  string // an API key secret with every scope
-}
-
-func setup(ctx context.Context, t *testing.T) *testBundle {
-	t.Helper()
-	lb := ledgertest.New(t, ledger.Config{})
-	lb.Customer(t, "acme")
-	b := &testBundle{
-		Bundle:  lb,
-		handler: newServer(t, lb.Logger, lb.Ledger, func(context.Context) error { return nil }, ""),
-	}
-	b.secret = b.apiKey(ctx, t, "all", ledger.Scopes...)
-	return b
-}
-
-// newServer is api.NewServer held to the OpenAPI document, api/openapi.yaml
-// (apispectest.Handler): a test fails when a request of it gets an answer the
-// document does not allow, or is accepted though the document does not allow
-// it. Every API test serves through it.
-func newServer(t testing.TB, logger *slog.Logger, l *ledger.Ledger, ready api.ReadyFunc, webhookSecret string, opts ...api.Option) http.Handler {
-	t.Helper()
-	return apispectest.Handler(t, api.NewServer(logger, l, ready, webhookSecret, opts...))
-}
 
 // apiKey creates a key with scopes and returns its secret.
 func (b *testBundle) apiKey(ctx context.Context, t *testing.T, name string, scopes ...ledger.Scope) string {

@@ -18,7 +18,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("BadKey", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, secret := range []string{
 			"tly_0000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", // well-formed, unknown
 			b.secret + "x",
@@ -34,7 +34,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("MissingHeader", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodGet, path, "")
 		req.Header.Del("Authorization")
 		rec := b.serve(req)
@@ -44,8 +44,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("MissingScope", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodGet, path, "")
 		req.Header.Set("Authorization", "Bearer "+b.apiKey(ctx, t, "writer", ledger.ScopeUsageWrite))
 		p := requireProblem(t, b.serve(req), http.StatusForbidden, "forbidden")
@@ -54,7 +53,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("NotBearer", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, header := range []string{"Basic " + b.secret, b.secret, "Bearer ", "Bearer"} {
 			req := b.newRequest(http.MethodGet, path, "")
 			req.Header.Set("Authorization", header)
@@ -64,7 +63,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("RejectedBeforeBodyIsRead", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPost, "/v1/usage-events", eventJSON("e1", 100))
 		req.Header.Del("Authorization")
 		requireProblem(t, b.requireNothingWritten(t, req), http.StatusUnauthorized, "unauthenticated")
@@ -72,8 +71,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("RevokedKey", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		secret := b.apiKey(ctx, t, "soon-revoked", ledger.ScopeBillingRead)
 		req := b.newRequest(http.MethodGet, path, "")
 		req.Header.Set("Authorization", "Bearer "+secret)
@@ -88,8 +86,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("RouteScopes", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		keys := map[ledger.Scope]struct{ only, allBut string }{}
 		for _, scope := range ledger.Scopes {
 			others := slices.DeleteFunc(slices.Clone(ledger.Scopes), func(s ledger.Scope) bool { return s == scope })
@@ -133,7 +130,7 @@ func TestAuth(t *testing.T) {
 
 	t.Run("SchemeIsCaseInsensitive", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, scheme := range []string{"bearer", "BEARER"} {
 			req := b.newRequest(http.MethodGet, "/v1/customers/acme", "")
 			req.Header.Set("Authorization", scheme+" "+b.secret)

@@ -61,8 +61,7 @@ func (r bodyRoute) body(field, value string) string {
 // none answers 5xx (nor a body larger than what it was sent plus 64 KiB).
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setup(ctx, t)
+	_, b := setup(t, setupOpts{})
 	require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 
 	const secret = "whsec_badinput"
@@ -91,34 +90,6 @@ func TestBadInput(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		check(t, b.handler, req, len(target)+len(body))
 	}
-
-	t.Run("PathSegments", func(t *testing.T) {
-		for _, seg := range badSegments {
-			serve(t, http.MethodGet, "/v1/customers/"+seg, "")
-			serve(t, http.MethodPut, "/v1/customers/"+seg, `{"stripe_customer_id":"cus_1","currency":"usd"}`)
-			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods", "")
-			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods/2026-11", "")
-			serve(t, http.MethodGet, "/v1/customers/acme/periods/"+seg, "")
-			serve(t, http.MethodPost, "/v1/customers/"+seg+"/periods/2026-11/close", "")
-			serve(t, http.MethodPost, "/v1/customers/acme/periods/"+seg+"/close", "")
-			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
-			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
-		}
-	})
-
-	t.Run("QueryParameters", func(t *testing.T) {
-		for _, v := range badQueryValues {
-			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
-				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
-				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
-			}
-			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
-			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
-			serve(t, http.MethodGet, "/healthz?"+v, "")
-		}
-	})
 
 	t.Run("BodyFields", func(t *testing.T) {
 		event := map[string]string{
@@ -160,6 +131,34 @@ func TestBadInput(t *testing.T) {
 		}
 		for _, body := range badBodies {
 			serve(t, http.MethodPost, "/v1/usage-events/batch", body)
+		}
+	})
+
+	t.Run("PathSegments", func(t *testing.T) {
+		for _, seg := range badSegments {
+			serve(t, http.MethodGet, "/v1/customers/"+seg, "")
+			serve(t, http.MethodPut, "/v1/customers/"+seg, `{"stripe_customer_id":"cus_1","currency":"usd"}`)
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods", "")
+			serve(t, http.MethodGet, "/v1/customers/"+seg+"/periods/2026-11", "")
+			serve(t, http.MethodGet, "/v1/customers/acme/periods/"+seg, "")
+			serve(t, http.MethodPost, "/v1/customers/"+seg+"/periods/2026-11/close", "")
+			serve(t, http.MethodPost, "/v1/customers/acme/periods/"+seg+"/close", "")
+			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
+		}
+	})
+
+	t.Run("QueryParameters", func(t *testing.T) {
+		for _, v := range badQueryValues {
+			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
+				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
+				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
+			}
+			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
+			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
+			serve(t, http.MethodGet, "/healthz?"+v, "")
 		}
 	})
 

@@ -147,8 +147,7 @@ func reasonJSON(reason string) string { return fmt.Sprintf(`{"reason":%q}`, reas
 
 func TestChargeActionAuth(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setup(ctx, t)
+	ctx, b := setup(t, setupOpts{})
 	c := b.doubleChargeHeld(ctx, t)
 	readOnly := b.apiKey(ctx, t, "all-but-admin", slices.DeleteFunc(slices.Clone(ledger.Scopes), func(s ledger.Scope) bool { return s == ledger.ScopeAdmin })...)
 
@@ -182,8 +181,7 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("ApprovesAHeldCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		require.Equal(t, "scheduled", b.chargeJobState(t), "the charge job waits for the period's close time")
 
@@ -212,14 +210,13 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("BadID", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.do(http.MethodPost, "/v1/charges/abc/approve", reasonJSON("x")), "id")
 	})
 
 	t.Run("DoubleChargeIsNotApprovable", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "approve"), reasonJSON("looks fine")), http.StatusConflict, "charge_not_held")
 		require.Contains(t, p.Detail, "double_charge")
@@ -230,8 +227,7 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("Leased", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		// A worker is calling Stripe when the reconciler holds the charge.
 		c := b.closedCharge(ctx, t, 500)
 		require.NotNil(t, b.claim(ctx, t, c))
@@ -251,8 +247,7 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("MissingReason", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		for _, body := range []string{`{}`, `{"reason":""}`, `{"reason":"  \n"}`} {
 			p := requireInvalid(t, b.do(http.MethodPost, chargePath(c.ID, "approve"), body), "reason")
@@ -264,15 +259,14 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodPost, chargePath(999, "approve"), reasonJSON("x")), http.StatusNotFound, "not_found")
 		require.Zero(t, b.actionCount(t))
 	})
 
 	t.Run("NotHeld", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "approve"), reasonJSON("x")), http.StatusConflict, "charge_not_held")
 		require.Contains(t, p.Detail, "pending")
@@ -282,8 +276,7 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("ReasonTooLong", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		p := requireInvalid(t, b.do(http.MethodPost, chargePath(c.ID, "approve"), reasonJSON(strings.Repeat("é", ledger.ReasonMaxChars+1))), "reason")
 		require.Contains(t, p.Errors["reason"], "1001")
@@ -293,8 +286,7 @@ func TestChargeApprove(t *testing.T) {
 
 	t.Run("StrictBody", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		path := chargePath(c.ID, "approve")
 		requireInvalid(t, b.do(http.MethodPost, path, `{"reason":"x","force":true}`), "force")
@@ -325,8 +317,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("CancelsAHeldCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		rec := b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("customer disputes the usage"))
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
@@ -336,8 +327,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("CancelsAPendingCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 		rec := b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("billed by hand"))
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
@@ -346,8 +336,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("DoubleChargeOutcomeUnknown", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("x")), http.StatusConflict, "charge_outcome_unknown")
 		require.Contains(t, p.Detail, "reconcile")
@@ -357,8 +346,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("Leased", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 		require.NotNil(t, b.claim(ctx, t, c))
 		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("x")), http.StatusConflict, "charge_leased")
@@ -376,8 +364,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("MissingReason", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		requireInvalid(t, b.do(http.MethodPost, chargePath(c.ID, "cancel"), `{}`), "reason")
 		b.requireStatus(ctx, t, c.ID, ledger.ChargeHeld)
@@ -386,8 +373,7 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("NotCancelable", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		require.Equal(t, http.StatusOK, b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("x")).Code)
 		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("again")), http.StatusConflict, "charge_not_cancelable")
@@ -397,14 +383,13 @@ func TestChargeCancel(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodPost, chargePath(999, "cancel"), reasonJSON("x")), http.StatusNotFound, "not_found")
 	})
 
 	t.Run("UnknownAttemptOutcomeUnknown", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 		cl, err := b.Ledger.ChargeLookupNone(ctx, b.claim(ctx, t, c), "job:1/1")
 		require.NoError(t, err)
@@ -433,8 +418,7 @@ func TestChargeResolve(t *testing.T) {
 
 	t.Run("Accepted", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		rec := b.do(http.MethodPost, chargePath(c.ID, "resolve"), `{"keep_payment_intent":"pi_A","reason":"the customer paid once, with pi_A"}`)
 		require.Equal(t, http.StatusAccepted, rec.Code, "body: %s", rec.Body)
@@ -460,8 +444,7 @@ WHERE kind = 'charge_resolve' AND queue = 'charges' AND args->>'keep_payment_int
 
 	t.Run("BadKeepPaymentIntent", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		for _, body := range []string{
 			`{"keep_payment_intent":"ch_1","reason":"x"}`,
@@ -478,8 +461,7 @@ WHERE kind = 'charge_resolve' AND queue = 'charges' AND args->>'keep_payment_int
 
 	t.Run("MissingReason", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		requireInvalid(t, b.do(http.MethodPost, chargePath(c.ID, "resolve"), `{"keep_payment_intent":"pi_A"}`), "reason")
 		require.Zero(t, resolveJobs(t, b))
@@ -487,8 +469,7 @@ WHERE kind = 'charge_resolve' AND queue = 'charges' AND args->>'keep_payment_int
 
 	t.Run("NotADoubleCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		body := `{"keep_payment_intent":"pi_A","reason":"x"}`
 		requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "resolve"), body), http.StatusConflict, "charge_not_held")
@@ -500,14 +481,13 @@ WHERE kind = 'charge_resolve' AND queue = 'charges' AND args->>'keep_payment_int
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodPost, chargePath(999, "resolve"), `{"keep_payment_intent":"pi_A","reason":"x"}`), http.StatusNotFound, "not_found")
 	})
 
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.doubleChargeHeld(ctx, t)
 		requireInvalid(t, b.do(http.MethodPost, chargePath(c.ID, "resolve"), `{"keep_payment_intent":"pi_A","refund":"pi_B","reason":"x"}`), "refund")
 		require.Zero(t, resolveJobs(t, b))
@@ -532,7 +512,7 @@ func TestCharging(t *testing.T) {
 
 	t.Run("MissingReason", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.do(http.MethodPost, "/v1/admin/charging/pause", `{}`), "reason")
 		requireInvalid(t, b.do(http.MethodPost, "/v1/admin/charging/resume", `{"reason":""}`), "reason")
 		require.False(t, get(t, b).Paused)
@@ -541,7 +521,7 @@ func TestCharging(t *testing.T) {
 
 	t.Run("NeverPaused", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.do(http.MethodGet, "/v1/admin/charging", "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
 		require.JSONEq(t, `{"paused":false,"since":null,"by":null,"reason":null}`, rec.Body.String())
@@ -549,8 +529,7 @@ func TestCharging(t *testing.T) {
 
 	t.Run("PauseThenResume", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 
 		rec := b.do(http.MethodPost, "/v1/admin/charging/pause", reasonJSON("incident 42: wrong prices"))
@@ -581,7 +560,7 @@ func TestCharging(t *testing.T) {
 
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.do(http.MethodPost, "/v1/admin/charging/pause", `{"reason":"x","queues":["charges"]}`), "queues")
 		require.False(t, get(t, b).Paused)
 	})
@@ -592,8 +571,7 @@ func TestChargeGet(t *testing.T) {
 
 	t.Run("ActionsAndHistory", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.capHeldCharge(ctx, t)
 		held := b.getCharge(t, c.ID)
 		require.Equal(t, "held", held.Status)
@@ -638,8 +616,7 @@ func TestChargeGet(t *testing.T) {
 
 	t.Run("NoActions", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		c := b.closedCharge(ctx, t, 500)
 		rec := b.do(http.MethodGet, fmt.Sprintf("/v1/charges/%d", c.ID), "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
@@ -648,7 +625,7 @@ func TestChargeGet(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodGet, "/v1/charges/999", ""), http.StatusNotFound, "not_found")
 	})
 }

@@ -13,7 +13,7 @@ func TestChargeList(t *testing.T) {
 
 	t.Run("BadParameters", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for query, field := range map[string]string{
 			"customer_id=%00":                         "customer_id",
 			"customer_id=%ff":                         "customer_id",
@@ -46,7 +46,7 @@ func TestChargeList(t *testing.T) {
 
 	t.Run("GoodParameters", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, query := range []string{
 			"", "customer_id=acme", "customer_id=" + strings.Repeat("x", 255), "status=held", "limit=1", "limit=500",
 			"starting_after=1", "customer_id=%E2%80%AE", // a format character, not a control character

@@ -27,7 +27,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("BadFields", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPut, "/v1/customers/globex",
 			`{"stripe_customer_id":"","stripe_payment_method_id":"pm\u0001","currency":"dollars","max_charge_cents":0}`)
 		p := requireInvalid(t, b.requireNothingWritten(t, req), "stripe_customer_id")
@@ -39,7 +39,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("BadFieldsLeaveExistingCustomerAlone", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		before := b.do(http.MethodGet, "/v1/customers/acme", "").Body.String()
 		req := b.newRequest(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_new","currency":"euros"}`)
 		requireInvalid(t, b.requireNothingWritten(t, req), "currency")
@@ -48,7 +48,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("Creates", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.do(http.MethodPut, "/v1/customers/globex",
 			`{"stripe_customer_id":"cus_globex","stripe_payment_method_id":"pm_1","currency":"EUR","max_charge_cents":50000}`)
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
@@ -65,21 +65,21 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("CustomerIDTooLong", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPut, "/v1/customers/"+strings.Repeat("c", 256), `{"stripe_customer_id":"cus_1","currency":"usd"}`)
 		requireInvalid(t, b.requireNothingWritten(t, req), "customer_id")
 	})
 
 	t.Run("CustomerIDWithControlCharacter", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPut, "/v1/customers/a%01b", `{"stripe_customer_id":"cus_1","currency":"usd"}`)
 		requireInvalid(t, b.requireNothingWritten(t, req), "customer_id")
 	})
 
 	t.Run("MalformedJSON", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, body := range []string{
 			`{"stripe_customer_id":"cus_1",`,
 			`{"stripe_customer_id":"cus_1","currency":"usd"} {}`,
@@ -92,7 +92,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPut, "/v1/customers/globex", `{"stripe_customer_id":"cus_1","currency":"usd","email":"a@b.c"}`)
 		p := requireInvalid(t, b.requireNothingWritten(t, req), "email")
 		require.Len(t, p.Errors, 1)
@@ -100,7 +100,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("UnsupportedMediaType", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
 			req := b.newRequest(http.MethodPut, "/v1/customers/globex", `{"stripe_customer_id":"cus_1","currency":"usd"}`)
 			req.Header.Set("Content-Type", ct)
@@ -110,7 +110,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("Updates", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		b.Clock.Advance(time.Hour)
 		rec := b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_other","currency":"gbp","max_charge_cents":100}`)
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
@@ -126,7 +126,7 @@ func TestCustomerPut(t *testing.T) {
 
 	t.Run("WrongType", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for field, body := range map[string]string{
 			"currency":         `{"stripe_customer_id":"cus_1","currency":840}`,
 			"max_charge_cents": `{"stripe_customer_id":"cus_1","currency":"usd","max_charge_cents":"100"}`,
@@ -142,7 +142,7 @@ func TestCustomerGet(t *testing.T) {
 
 	t.Run("Found", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.do(http.MethodGet, "/v1/customers/acme", "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
 		c := decodeJSON[customerBody](t, rec)
@@ -154,7 +154,7 @@ func TestCustomerGet(t *testing.T) {
 
 	t.Run("IDNotValidText", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, path := range []string{"/v1/customers/a%00b", "/v1/customers/a%FFb", "/v1/customers/a%00b/periods", "/v1/customers/a%00b/periods/2026-11"} {
 			rec := b.do(http.MethodGet, path, "")
 			require.Contains(t, []int{http.StatusNotFound, http.StatusUnprocessableEntity}, rec.Code, "%s: %s", path, rec.Body)
@@ -163,7 +163,7 @@ func TestCustomerGet(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost", ""), http.StatusNotFound, "not_found")
 		require.Contains(t, p.Detail, "ghost")
 	})

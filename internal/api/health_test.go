@@ -19,7 +19,7 @@ func TestHealthz(t *testing.T) {
 
 	t.Run("OpenAndOK", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodGet, "/healthz", "")
 		req.Header.Del("Authorization")
 		rec := b.serve(req)
@@ -34,7 +34,7 @@ func TestReadyz(t *testing.T) {
 
 	t.Run("NotReady", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		var gotDeadline bool
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&logs, nil))
@@ -58,7 +58,7 @@ func TestReadyz(t *testing.T) {
 
 	t.Run("NotReadyReasons", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, tc := range []struct {
 			err  error
 			want string
@@ -77,7 +77,7 @@ func TestReadyz(t *testing.T) {
 
 	t.Run("Ready", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		calls := 0
 		h := newServer(t, b.Logger, b.Ledger, func(ctx context.Context) error {
 			calls++

@@ -129,7 +129,7 @@ func TestOpenAPI(t *testing.T) {
 	// Served: GET /openapi.yaml answers the document, without a key.
 	t.Run("Served", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := testServe(b.handler, http.MethodGet, "/openapi.yaml")
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.Equal(t, "application/yaml", rec.Header().Get("Content-Type"))

@@ -29,8 +29,7 @@ func TestPeriodGet(t *testing.T) {
 
 	t.Run("Closed", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now()`)
 		require.NoError(t, err)
@@ -45,7 +44,7 @@ func TestPeriodGet(t *testing.T) {
 
 	t.Run("Found", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e2", 250)).Code)
 		require.Equal(t, http.StatusOK, b.postEvent(eventJSON("e2", 250)).Code, "a replay is not counted twice")
@@ -69,7 +68,7 @@ func TestPeriodGet(t *testing.T) {
 
 	t.Run("MalformedLabel", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, label := range []string{"2026-13", "2026-11-14", "nov", "2026-1", "2026-11%20"} {
 			requireInvalid(t, b.do(http.MethodGet, "/v1/customers/acme/periods/"+label, ""), "period")
 		}
@@ -77,13 +76,13 @@ func TestPeriodGet(t *testing.T) {
 
 	t.Run("UnknownCustomer", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost/periods/2026-11", ""), http.StatusNotFound, "not_found")
 	})
 
 	t.Run("UnknownPeriod", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 		p := requireProblem(t, b.do(http.MethodGet, "/v1/customers/acme/periods/2026-10", ""), http.StatusNotFound, "not_found")
 		require.Equal(t, `period 2026-10 of customer "acme" not found`, p.Detail)
@@ -104,7 +103,7 @@ func TestPeriodList(t *testing.T) {
 
 	t.Run("BadParameters", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for query, field := range map[string]string{
 			"limit=0":                   "limit",
 			"limit=501":                 "limit",
@@ -122,7 +121,7 @@ func TestPeriodList(t *testing.T) {
 
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.do(http.MethodGet, "/v1/customers/acme/periods", "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
 		require.JSONEq(t, `{"data":[],"has_more":false,"next_cursor":null}`, rec.Body.String())
@@ -130,8 +129,7 @@ func TestPeriodList(t *testing.T) {
 
 	t.Run("NewestFirst", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		b.Clock.Set(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC))
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("oct", 40)).Code)
 		b.Clock.Set(time.Date(2026, 11, 14, 0, 0, 0, 0, time.UTC))
@@ -157,7 +155,7 @@ func TestPeriodList(t *testing.T) {
 
 	t.Run("Pages", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for m := time.June; m <= time.November; m++ {
 			b.Clock.Set(time.Date(2026, m, 10, 0, 0, 0, 0, time.UTC))
 			require.Equal(t, http.StatusCreated, b.postEvent(eventJSON(m.String(), 1)).Code)
@@ -189,7 +187,7 @@ func TestPeriodList(t *testing.T) {
 
 	t.Run("UnknownCustomer", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, b.do(http.MethodGet, "/v1/customers/ghost/periods", ""), http.StatusNotFound, "not_found")
 		for _, id := range []string{"%00", "%ff", "a%0Ab", strings.Repeat("x", 256)} {
 			requireProblem(t, b.do(http.MethodGet, "/v1/customers/"+id+"/periods", ""), http.StatusNotFound, "not_found")

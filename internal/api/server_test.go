@@ -22,7 +22,7 @@ func TestNotFound(t *testing.T) {
 
 	t.Run("UnknownRoute", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, path := range []string{"/", "/v1", "/v1/customers", "/v2/usage-events", "/v1/customers/acme/periods/2026-11/extra"} {
 			p := requireProblem(t, b.do(http.MethodGet, path, ""), http.StatusNotFound, "not_found")
 			require.Contains(t, p.Detail, path)
@@ -31,7 +31,7 @@ func TestNotFound(t *testing.T) {
 
 	t.Run("UnknownRouteWithoutKey", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireProblem(t, testServe(b.handler, http.MethodGet, "/nope"), http.StatusNotFound, "not_found")
 	})
 }
@@ -43,7 +43,7 @@ func TestRequestID(t *testing.T) {
 
 	t.Run("Echoed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodGet, "/v1/customers/ghost", "")
 		req.Header.Set("X-Request-Id", "client-id-42")
 		rec := b.serve(req)
@@ -54,7 +54,7 @@ func TestRequestID(t *testing.T) {
 
 	t.Run("GeneratedWhenMissing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		first := testServe(b.handler, http.MethodGet, "/healthz").Header().Get("X-Request-Id")
 		second := testServe(b.handler, http.MethodGet, "/healthz").Header().Get("X-Request-Id")
 		require.Regexp(t, generated, first)
@@ -64,7 +64,7 @@ func TestRequestID(t *testing.T) {
 
 	t.Run("ReplacedWhenInvalid", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, id := range []string{strings.Repeat("x", 129), "has space", "tab\there", "ünicode"} {
 			req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
 			req.Header.Set("X-Request-Id", id)

@@ -30,7 +30,7 @@ func TestStripeWebhook(t *testing.T) {
 
 	t.Run("BadSignature", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		payload := `{"id":"evt_1","type":"payment_intent.succeeded","created":1700000000}`
 		requireProblem(t, post(h, payload, "whsec_other", time.Now()), http.StatusBadRequest, "invalid_signature")
@@ -42,7 +42,7 @@ func TestStripeWebhook(t *testing.T) {
 	// Stripe for three days) are 400 invalid_event, and nothing is stored.
 	t.Run("SignedButNotStorable", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		for _, payload := range []string{
 			"{\"id\":\"evt_\xff\",\"type\":\"x\",\"created\":1}",
@@ -67,7 +67,7 @@ func TestStripeWebhook(t *testing.T) {
 
 	t.Run("Stores", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		h := newServer(t, b.Logger, b.Ledger, func(context.Context) error { return nil }, secret)
 		payload := `{"id":"evt_1","object":"event","type":"payment_intent.succeeded","created":1700000000,"data":{"object":{"id":"pi_1","amount":1e-400,"note":"é"}}}`
 		rec := post(h, payload, secret, time.Now())

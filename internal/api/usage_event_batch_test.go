@@ -57,7 +57,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("AllReplays", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		body := batchJSON(eventJSON("e1", 1), eventJSON("e2", 2))
 		first := b.postBatch(body)
 		require.Equal(t, http.StatusCreated, first.Code, "body: %s", first.Body)
@@ -78,14 +78,14 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("BodyTooLarge", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		big := `{"customer_id":"acme","event_id":"e1","amount_cents":1,"metric":"` + strings.Repeat("m", 8<<20) + `"}`
 		requireProblem(t, b.requireBatchRejected(t, batchJSON(big)), http.StatusRequestEntityTooLarge, "body_too_large")
 	})
 
 	t.Run("BodyUnderLimitIsNotTooLarge", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		// About 2 MiB: over the single-event limit, under the batch limit.
 		events := make([]string, 1000)
 		for i := range events {
@@ -101,7 +101,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("ConflictRejectsWholeBatch", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("taken", 5)).Code)
 		b.Customer(t, "beta")
 
@@ -117,7 +117,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("DuplicateInBatchIsReplay", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.postBatch(batchJSON(eventJSON("x", 10), eventJSON("y", 20), eventJSON("x", 10)))
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
 		res := decodeJSON[batchBody](t, rec)
@@ -136,7 +136,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, body := range []string{`{"events":[]}`, `{"events":null}`, `{}`} {
 			requireInvalid(t, b.requireBatchRejected(t, body), "events")
 		}
@@ -144,7 +144,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("InvalidAndConflictingItems", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("taken", 5)).Code)
 		rec := b.requireBatchRejected(t, batchJSON(
 			eventJSON("ok", 1),
@@ -162,7 +162,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("InvalidItemRejectsWholeBatch", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		b.Customer(t, "beta")
 		rec := b.requireBatchRejected(t, batchJSON(
 			eventJSON("ok", 1),
@@ -176,7 +176,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("MalformedItemRejectsWholeBatch", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, bad := range []string{
 			`{"customer_id":"acme","event_id":"bad","amount_cents":"12"}`,
 			`{"customer_id":"acme","event_id":"bad"}`,
@@ -192,7 +192,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("MalformedItemsReportedAtTheirIndex", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		// No item is well-formed and valid, so none reaches the ledger's commit.
 		rec := b.requireBatchRejected(t, batchJSON(
 			`{"customer_id":"acme","event_id":"bad","amount_cents":"12"}`,
@@ -212,7 +212,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("MalformedJSON", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, body := range []string{`{"events":[`, `{"events":[{"customer_id":}]}`, `{"events":[]} []`} {
 			requireProblem(t, b.requireBatchRejected(t, body), http.StatusBadRequest, "malformed_json")
 		}
@@ -220,7 +220,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("Mixed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		old := b.postEvent(eventJSON("old", 5))
 		require.Equal(t, http.StatusCreated, old.Code)
 
@@ -239,7 +239,7 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("TooManyEvents", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		events := make([]string, 1001)
 		for i := range events {
 			events[i] = eventJSON(fmt.Sprintf("e%04d", i), 1)
@@ -250,13 +250,13 @@ func TestUsageEventBatch(t *testing.T) {
 
 	t.Run("UnknownTopLevelField", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireBatchRejected(t, `{"events":[`+eventJSON("e1", 1)+`],"dry_run":true}`), "dry_run")
 	})
 
 	t.Run("UnsupportedMediaType", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		req := b.newRequest(http.MethodPost, "/v1/usage-events/batch", batchJSON(eventJSON("e1", 1)))
 		req.Header.Set("Content-Type", "text/plain")
 		requireProblem(t, b.requireNothingWritten(t, req), http.StatusUnsupportedMediaType, "unsupported_media_type")

@@ -48,7 +48,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("AmplificationRefused", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		body := eventWithProperties("e1", amplifyingProperties())
 		require.Less(t, len(body), 8200)
 		rec := b.requireEventRejected(t, body)
@@ -60,7 +60,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("BatchItemsBeyondFloat64", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		events := []string{eventJSON("ok", 1)}
 		for i, n := range numbersBeyondFloat64 {
 			events = append(events, eventWithProperties(fmt.Sprintf("e%d", i), `{"x":`+n+`}`))
@@ -77,7 +77,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("BatchOfAmplifyingItems", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		events := make([]string, 100)
 		for i := range events {
 			events[i] = eventWithProperties(fmt.Sprintf("e%d", i), amplifyingProperties())
@@ -90,7 +90,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("NumbersBeyondFloat64", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, n := range numbersBeyondFloat64 {
 			rec := b.requireEventRejected(t, eventWithProperties("e1", `{"x":`+n+`}`))
 			p := requireInvalid(t, rec, "properties.x")
@@ -100,7 +100,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("NumbersFloat64Holds", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for i, n := range []string{
 			`0`, `-0`, `1`, `-1.5`, `0.1`, `1E+2`, `2.5e-3`, `1.50`, `100e-2`,
 			`12345678901234567`, `-9007199254740993`, `1.7976931348623157e308`, `-2.2250738585072014e-308`,
@@ -117,7 +117,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("PathNamesTheNumber", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for props, field := range map[string]string{
 			`{"a":{"b":[1,2,1e999]}}`:             "properties.a.b[2]",
 			`{"z":1e999,"a":1e999}`:               "properties.a",
@@ -131,7 +131,7 @@ func TestUsageEventProperties(t *testing.T) {
 
 	t.Run("SizeLimit", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		// {"pad":"…"} is 10 bytes plus the pad.
 		at := `{"pad":"` + strings.Repeat("p", ledger.UsageEventPropertiesMaxBytes-10) + `"}`
 		rec := b.postEvent(eventWithProperties("at", at))

@@ -48,26 +48,26 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("AmountAbsurd", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1e30}`), "amount_cents")
 	})
 
 	t.Run("AmountAtMax", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.postEvent(eventJSON("e1", 1_000_000_000_000))
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
 	})
 
 	t.Run("AmountFractional", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1.5}`), "amount_cents")
 	})
 
 	t.Run("AmountMissing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, body := range []string{
 			`{"customer_id":"acme","event_id":"e1"}`,
 			`{"customer_id":"acme","event_id":"e1","amount_cents":null}`,
@@ -79,40 +79,40 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("AmountNegative", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, eventJSON("e1", -100)), "amount_cents")
 	})
 
 	t.Run("AmountString", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":"12"}`), "amount_cents")
 		require.Contains(t, p.Errors["amount_cents"], "string")
 	})
 
 	t.Run("AmountTooLarge", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, eventJSON("e1", 1_000_000_000_001)), "amount_cents")
 		requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":9223372036854775808}`), "amount_cents")
 	})
 
 	t.Run("AmountZero", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, eventJSON("e1", 0)), "amount_cents")
 	})
 
 	t.Run("BodyTooLarge", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		body := `{"customer_id":"acme","event_id":"e1","amount_cents":1,"metric":"` + strings.Repeat("m", 1<<20) + `"}`
 		requireProblem(t, b.requireEventRejected(t, body), http.StatusRequestEntityTooLarge, "body_too_large")
 	})
 
 	t.Run("ConcurrentReplays", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		srv := httptest.NewServer(b.handler)
 		t.Cleanup(srv.Close)
 
@@ -166,7 +166,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("Creates", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.postEvent(eventJSON("e1", 1250))
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
 		require.Empty(t, rec.Header().Get("Idempotent-Replayed"))
@@ -186,7 +186,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("CreatesWithEveryField", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		rec := b.postEvent(`{"customer_id":"acme","event_id":"e1","amount_cents":7,"currency":"USD","quantity":3,
 			"metric":"tokens","properties":{"model":"x","n":1},"occurred_at":"2026-11-14T12:00:00+02:00"}`)
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
@@ -200,14 +200,14 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("CurrencyMismatch", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"currency":"eur"}`), "currency")
 		require.Contains(t, p.Errors["currency"], "usd")
 	})
 
 	t.Run("EventIDTooLong", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, eventJSON(strings.Repeat("e", 256), 1)), "event_id")
 
 		// 255 bytes of multi-byte characters are still fine; 256 are not.
@@ -218,7 +218,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("EventIDWithControlCharacter", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, id := range []string{`e\u0000`, `e\n1`, `e\u007f`, `\u0085`} {
 			requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"`+id+`","amount_cents":1}`), "event_id")
 		}
@@ -226,7 +226,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("FieldNamesAreCaseSensitive", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"AMOUNT_CENTS":100000}`), "AMOUNT_CENTS")
 		require.Len(t, p.Errors, 1)
 		requireInvalid(t, b.requireEventRejected(t, `{"Customer_ID":"acme","event_id":"e1","amount_cents":1}`), "Customer_ID")
@@ -234,7 +234,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("IdempotencyConflict", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 		for _, body := range []string{
 			eventJSON("e1", 101),
@@ -248,7 +248,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("MalformedJSON", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, body := range []string{`{"customer_id":"acme",`, `[`, eventJSON("e1", 1) + `{}`, `{"customer_id":'acme'}`} {
 			requireProblem(t, b.requireEventRejected(t, body), http.StatusBadRequest, "malformed_json")
 		}
@@ -256,7 +256,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("OccurredAtInClosedPeriod", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		// October closed at 2026-11-01T01:00Z; the clock is at 2026-11-14.
 		body := `{"customer_id":"acme","event_id":"late","amount_cents":1,"occurred_at":"2026-10-31T23:00:00Z"}`
 		requireProblem(t, b.requireEventRejected(t, body), http.StatusConflict, "period_closed")
@@ -264,7 +264,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("OccurredAtInFuture", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		at := func(d time.Duration) string {
 			return fmt.Sprintf(`{"customer_id":"acme","event_id":"e%d","amount_cents":1,"occurred_at":%q}`,
 				d, ledgertest.ClockStart.Add(d).Format(time.RFC3339))
@@ -278,7 +278,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("OccurredAtNotRFC3339", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, v := range []string{`"2026-11-14 10:00:00"`, `"2026-11-14"`, `"yesterday"`, `""`} {
 			body := `{"customer_id":"acme","event_id":"e1","amount_cents":1,"occurred_at":` + v + `}`
 			requireInvalid(t, b.requireEventRejected(t, body), "occurred_at")
@@ -289,8 +289,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("PeriodClosed", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
+		ctx, b := setup(t, setupOpts{})
 		first := b.postEvent(eventJSON("e1", 100))
 		require.Equal(t, http.StatusCreated, first.Code)
 		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now()`)
@@ -307,7 +306,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("PropertiesNotAnObject", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, v := range []string{`[1]`, `"x"`, `3`} {
 			requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"properties":`+v+`}`), "properties")
 		}
@@ -315,7 +314,7 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("PropertiesWithNUL", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, props := range []string{`{"a":"x\u0000y"}`, `{"\u0000":1}`, `{"a":{"b":["\u0000"]}}`} {
 			requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"properties":`+props+`}`), "properties")
 		}
@@ -323,14 +322,14 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("QuantityNegative", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"quantity":-1}`), "quantity")
 		requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"quantity":1.5}`), "quantity")
 	})
 
 	t.Run("Replay", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		body := `{"customer_id":"acme","event_id":"e1","amount_cents":100,"metric":"api_calls","properties":{"b":1,"a":[1,2]}}`
 		first := b.postEvent(body)
 		require.Equal(t, http.StatusCreated, first.Code, "body: %s", first.Body)
@@ -353,21 +352,21 @@ func TestUsageEventCreate(t *testing.T) {
 
 	t.Run("UnknownCustomer", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"ghost","event_id":"e1","amount_cents":1}`), "customer_id")
 		require.Contains(t, p.Errors["customer_id"], "ghost")
 	})
 
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		p := requireInvalid(t, b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"amount":1}`), "amount")
 		require.Len(t, p.Errors, 1)
 	})
 
 	t.Run("UnsupportedMediaType", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t.Context(), t)
+		_, b := setup(t, setupOpts{})
 		for _, ct := range []string{"", "text/plain", "application/jsonx", "multipart/form-data; boundary=x"} {
 			req := b.newRequest(http.MethodPost, "/v1/usage-events", eventJSON("e1", 1))
 			req.Header.Set("Content-Type", ct)

@@ -47,21 +47,6 @@ func (b *testBundle) lostCallFor(t *testing.T, ctx context.Context, stripeCustom
 func TestChargeLookup(t *testing.T) {
 	t.Parallel()
 
-	t.Run("AdoptsThePaymentIntentOfALostCall", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		total := b.customerWithEvents(t, ctx, "acme", 700, 50)
-		pi := b.lostCall(t, ctx, "acme", total)
-		b.closeNow(t, ctx, "acme")
-
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
-		require.Equal(t, pi.ID, *c.StripePaymentIntentID)
-		require.Equal(t, "reconcile", *c.ResolvedBy)
-		require.Equal(t, []string{pi.ID}, b.paymentIntents("cus_acme"), "no second PaymentIntent")
-		require.Empty(t, b.attempts(t, ctx, c.ID), "no call was made")
-		b.waitJobsFinalized(t)
-	})
-
 	t.Run("AdoptsAFailedPaymentIntent", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -81,6 +66,21 @@ func TestChargeLookup(t *testing.T) {
 		require.Equal(t, "card_declined", *c.FailureCode)
 		require.Len(t, b.paymentIntents("cus_acme"), 1)
 		require.Empty(t, b.attempts(t, ctx, c.ID))
+	})
+
+	t.Run("AdoptsThePaymentIntentOfALostCall", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		total := b.customerWithEvents(t, ctx, "acme", 700, 50)
+		pi := b.lostCall(t, ctx, "acme", total)
+		b.closeNow(t, ctx, "acme")
+
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, pi.ID, *c.StripePaymentIntentID)
+		require.Equal(t, "reconcile", *c.ResolvedBy)
+		require.Equal(t, []string{pi.ID}, b.paymentIntents("cus_acme"), "no second PaymentIntent")
+		require.Empty(t, b.attempts(t, ctx, c.ID), "no call was made")
+		b.waitJobsFinalized(t)
 	})
 
 	t.Run("NoneFoundCalls", func(t *testing.T) {

@@ -30,6 +30,27 @@ func (b *testBundle) pastTallyKeyWindow() {
 func TestKeyWindowReconciliation(t *testing.T) {
 	t.Parallel()
 
+	t.Run("CrashAfterNewKeyBeforeStripe", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 300)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
+		b.crash.arm(jobs.CrashAfterLookup)
+		b.pastTallyKeyWindow()
+		// The run dies with the next generation committed and its lease held.
+		b.waitCrashed(t)
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.KeyGeneration == 1 })
+		require.Equal(t, ledger.ChargePending, c.Status)
+		require.Empty(t, b.paymentIntents("cus_acme"))
+		b.expireLeases()
+
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, 1, c.KeyGeneration, "the retry uses the committed generation's key, within its fresh window")
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
+	})
+
 	t.Run("Error500AfterCreateFoundAfterWindow", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -65,53 +86,6 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		require.Equal(t, ledger.ChargeKey("default", "acme", "2026-11"), pis[0].Metadata["tally_charge_key"])
 	})
 
-	t.Run("CrashAfterNewKeyBeforeStripe", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		b.customerWithEvents(t, ctx, "acme", 300)
-		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
-		b.closeNow(t, ctx, "acme")
-		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown && c.AttemptCount >= 2 })
-		b.crash.arm(jobs.CrashAfterLookup)
-		b.pastTallyKeyWindow()
-		// The run dies with the next generation committed and its lease held.
-		b.waitCrashed(t)
-		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.KeyGeneration == 1 })
-		require.Equal(t, ledger.ChargePending, c.Status)
-		require.Empty(t, b.paymentIntents("cus_acme"))
-		b.expireLeases()
-
-		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
-		require.Equal(t, 1, c.KeyGeneration, "the retry uses the committed generation's key, within its fresh window")
-		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
-	})
-
-	t.Run("TwoMatchesAreHeld", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		b.customerWithEvents(t, ctx, "acme", 300)
-		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
-		charge := b.closeNow(t, ctx, "acme")
-		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown })
-		// Two PaymentIntents carrying the charge's key (say, a bug elsewhere).
-		for i := range 2 {
-			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(300), Currency: stripe.String("usd"),
-				Customer: stripe.String("cus_acme"), Confirm: stripe.Bool(true), PaymentMethod: stripe.String("pm_card_visa")}
-			params.AddMetadata("tally_charge_key", charge.ChargeKey)
-			params.AddMetadata("tally_namespace", charge.KeyNamespace)
-			params.SetIdempotencyKey(fmt.Sprintf("elsewhere-%d", i))
-			_, err := b.stripe.PaymentIntentCreate(ctx, params)
-			require.NoError(t, err)
-		}
-		b.pastTallyKeyWindow()
-
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
-		require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
-		require.Contains(t, *c.HeldDetail, "double charge")
-		b.waitJobsFinalized(t)
-		require.Len(t, b.sim.PaymentIntentList(), 2, "nothing more was charged")
-	})
-
 	t.Run("RedriveOfDiscardedJobAfterWindow", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -144,47 +118,36 @@ func TestKeyWindowReconciliation(t *testing.T) {
 		require.Empty(t, items)
 		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID}, "no second PaymentIntent")
 	})
-}
 
-func TestReconcileCharge(t *testing.T) {
-	t.Parallel()
-
-	t.Run("ResolvesUnknownFromStripe", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		b.customerWithEvents(t, ctx, "acme", 300)
-		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500AfterCreate, Count: 1})
-		b.closeNow(t, ctx, "acme")
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
-		require.NoError(t, b.worker.Stop(ctx)) // the reconciler alone, as for a job discarded long ago
-
-		res, err := jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, c)
-		require.NoError(t, err)
-		require.Equal(t, "resolved", res.Action)
-		require.Equal(t, ledger.ChargeSucceeded, res.Charge.Status)
-		require.Len(t, res.PaymentIntents, 1)
-		require.Equal(t, b.paymentIntents("cus_acme"), []string{res.PaymentIntents[0].ID})
-
-		res, err = jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, res.Charge)
-		require.NoError(t, err)
-		require.Equal(t, "skipped", res.Action, "settled charges are left alone")
-	})
-
-	t.Run("RequeuesWhenStripeHasNothing", func(t *testing.T) {
+	t.Run("TwoMatchesAreHeld", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
 		b.customerWithEvents(t, ctx, "acme", 300)
 		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
-		b.closeNow(t, ctx, "acme")
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
-		require.NoError(t, b.worker.Stop(ctx))
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status == ledger.ChargeUnknown })
+		// Two PaymentIntents carrying the charge's key (say, a bug elsewhere).
+		for i := range 2 {
+			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(300), Currency: stripe.String("usd"),
+				Customer: stripe.String("cus_acme"), Confirm: stripe.Bool(true), PaymentMethod: stripe.String("pm_card_visa")}
+			params.AddMetadata("tally_charge_key", charge.ChargeKey)
+			params.AddMetadata("tally_namespace", charge.KeyNamespace)
+			params.SetIdempotencyKey(fmt.Sprintf("elsewhere-%d", i))
+			_, err := b.stripe.PaymentIntentCreate(ctx, params)
+			require.NoError(t, err)
+		}
+		b.pastTallyKeyWindow()
 
-		res, err := jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, c)
-		require.NoError(t, err)
-		require.Equal(t, "requeued", res.Action)
-		require.Empty(t, res.PaymentIntents)
-		require.Equal(t, ledger.ChargeUnknown, res.Charge.Status)
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+		require.Equal(t, ledger.HeldDoubleCharge, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, "double charge")
+		b.waitJobsFinalized(t)
+		require.Len(t, b.sim.PaymentIntentList(), 2, "nothing more was charged")
 	})
+}
+
+func TestReconcileCharge(t *testing.T) {
+	t.Parallel()
 
 	t.Run("ListsEveryPage", func(t *testing.T) {
 		t.Parallel()
@@ -209,6 +172,43 @@ func TestReconcileCharge(t *testing.T) {
 		}
 		require.Len(t, ids, 251, "no PaymentIntent listed twice")
 		require.True(t, ids[*c.StripePaymentIntentID])
+	})
+
+	t.Run("RequeuesWhenStripeHasNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 300)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500BeforeCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
+		require.NoError(t, b.worker.Stop(ctx))
+
+		res, err := jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, c)
+		require.NoError(t, err)
+		require.Equal(t, "requeued", res.Action)
+		require.Empty(t, res.PaymentIntents)
+		require.Equal(t, ledger.ChargeUnknown, res.Charge.Status)
+	})
+
+	t.Run("ResolvesUnknownFromStripe", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 300)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindError500AfterCreate, Count: 1})
+		b.closeNow(t, ctx, "acme")
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeUnknown))
+		require.NoError(t, b.worker.Stop(ctx)) // the reconciler alone, as for a job discarded long ago
+
+		res, err := jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, c)
+		require.NoError(t, err)
+		require.Equal(t, "resolved", res.Action)
+		require.Equal(t, ledger.ChargeSucceeded, res.Charge.Status)
+		require.Len(t, res.PaymentIntents, 1)
+		require.Equal(t, b.paymentIntents("cus_acme"), []string{res.PaymentIntents[0].ID})
+
+		res, err = jobs.ReconcileCharge(ctx, b.Ledger, b.stripe, res.Charge)
+		require.NoError(t, err)
+		require.Equal(t, "skipped", res.Action, "settled charges are left alone")
 	})
 }
 

@@ -79,6 +79,26 @@ func (b *testBundle) apiServer(t *testing.T) string {
 func TestStripeWebhooks(t *testing.T) {
 	t.Parallel()
 
+	t.Run("AnotherNamespaceIsIgnored", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
+		url := b.apiServer(t)
+
+		ev := piEvent("evt_staging", "payment_intent.succeeded", "pi_staging", "succeeded", charge.ChargeKey)
+		ev["data"].(map[string]any)["object"].(map[string]any)["metadata"] = map[string]string{
+			"tally_charge_key": charge.ChargeKey, "tally_namespace": "staging"}
+		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
+		require.Equal(t, http.StatusOK, status)
+		b.waitEvent(t, ctx, "evt_staging", ledger.StripeEventIgnored)
+		c, err := b.Ledger.ChargeGet(ctx, charge.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeProcessing, c.Status, "another deployment's PaymentIntent touches nothing")
+	})
+
 	t.Run("BadSignatureStoresNothing", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t, setupOpts{})
@@ -122,47 +142,6 @@ func TestStripeWebhooks(t *testing.T) {
 		require.Equal(t, "webhook:evt_crash", *c.ResolvedBy)
 	})
 
-	t.Run("PaymentIntentThatDiffersIsHeld", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		b.customerWithEvents(t, ctx, "acme", 100)
-		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
-		charge := b.closeNow(t, ctx, "acme")
-		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
-		url := b.apiServer(t)
-
-		// The charge's key, but another amount: never its outcome.
-		ev := piEvent("evt_other", "payment_intent.succeeded", "pi_elsewhere", "succeeded", charge.ChargeKey)
-		ev["data"].(map[string]any)["object"].(map[string]any)["amount"] = 999
-		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
-		require.Equal(t, http.StatusOK, status)
-		b.waitEvent(t, ctx, "evt_other", ledger.StripeEventProcessed)
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
-		require.Equal(t, ledger.HeldPaymentIntentMismatch, *c.HeldReason)
-		require.Contains(t, *c.HeldDetail, "999 usd, not 100 usd")
-		require.NotEqual(t, "pi_elsewhere", *c.StripePaymentIntentID)
-	})
-
-	t.Run("AnotherNamespaceIsIgnored", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t, setupOpts{})
-		b.customerWithEvents(t, ctx, "acme", 100)
-		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
-		charge := b.closeNow(t, ctx, "acme")
-		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
-		url := b.apiServer(t)
-
-		ev := piEvent("evt_staging", "payment_intent.succeeded", "pi_staging", "succeeded", charge.ChargeKey)
-		ev["data"].(map[string]any)["object"].(map[string]any)["metadata"] = map[string]string{
-			"tally_charge_key": charge.ChargeKey, "tally_namespace": "staging"}
-		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
-		require.Equal(t, http.StatusOK, status)
-		b.waitEvent(t, ctx, "evt_staging", ledger.StripeEventIgnored)
-		c, err := b.Ledger.ChargeGet(ctx, charge.ID)
-		require.NoError(t, err)
-		require.Equal(t, ledger.ChargeProcessing, c.Status, "another deployment's PaymentIntent touches nothing")
-	})
-
 	t.Run("OutOfOrderNeverMovesBackwards", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -193,6 +172,27 @@ func TestStripeWebhooks(t *testing.T) {
 		status, _ := b.webhookPost(t, url, piEvent("evt_other", "payment_intent.succeeded", "pi_other", "succeeded", ""), webhookSecret, time.Time{})
 		require.Equal(t, http.StatusOK, status)
 		b.waitEvent(t, ctx, "evt_other", ledger.StripeEventIgnored)
+	})
+
+	t.Run("PaymentIntentThatDiffersIsHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.customerWithEvents(t, ctx, "acme", 100)
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindProcessing})
+		charge := b.closeNow(t, ctx, "acme")
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeProcessing))
+		url := b.apiServer(t)
+
+		// The charge's key, but another amount: never its outcome.
+		ev := piEvent("evt_other", "payment_intent.succeeded", "pi_elsewhere", "succeeded", charge.ChargeKey)
+		ev["data"].(map[string]any)["object"].(map[string]any)["amount"] = 999
+		status, _ := b.webhookPost(t, url, ev, webhookSecret, time.Time{})
+		require.Equal(t, http.StatusOK, status)
+		b.waitEvent(t, ctx, "evt_other", ledger.StripeEventProcessed)
+		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeHeld))
+		require.Equal(t, ledger.HeldPaymentIntentMismatch, *c.HeldReason)
+		require.Contains(t, *c.HeldDetail, "999 usd, not 100 usd")
+		require.NotEqual(t, "pi_elsewhere", *c.StripePaymentIntentID)
 	})
 
 	t.Run("RefundsAndDisputesAreRecordedOnce", func(t *testing.T) {

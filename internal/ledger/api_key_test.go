@@ -1,21 +1,18 @@
 package ledger_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // An authenticated key is read from Postgres once per APIKeyCacheTTL: a key
 // revoked by another process keeps working at most that long, one revoked
 // through the same Ledger stops at once.
 func TestAPIKeyAuthenticateCache(t *testing.T) {
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	l, counter := countingLedger(t, b, ledger.Config{})
 	other := b.Ledger // another replica, or billingctl
 

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
@@ -34,16 +33,17 @@ func (b *syncBuffer) String() string {
 }
 
 // guardBundle is a ledger with config (guards set) and a buffer of its logs.
-func guardBundle(t *testing.T, config ledger.Config) (context.Context, *ledgertest.Bundle, *syncBuffer) {
+func guardBundle(t *testing.T, config ledger.Config) (context.Context, *testBundle, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	config.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	return context.Background(), ledgertest.New(t, config), logs
+	ctx, b := setup(t, setupOpts{ledger: config, noCustomer: true})
+	return ctx, b, logs
 }
 
 // closedWith creates customer id with one event of amount and closes its
 // November charge, pending.
-func closedWith(t *testing.T, ctx context.Context, b *ledgertest.Bundle, id string, amount int64) *ledger.Charge {
+func closedWith(t *testing.T, ctx context.Context, b *testBundle, id string, amount int64) *ledger.Charge {
 	t.Helper()
 	b.Customer(t, id)
 	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: id, EventID: "e1", AmountCents: amount})
@@ -56,7 +56,7 @@ func closedWith(t *testing.T, ctx context.Context, b *ledgertest.Bundle, id stri
 
 // claim claims c as a worker run does and returns the claim (nil when the
 // guards held the charge) and the charge as stored.
-func claim(t *testing.T, ctx context.Context, b *ledgertest.Bundle, c *ledger.Charge) (*ledger.Claim, *ledger.Charge) {
+func claim(t *testing.T, ctx context.Context, b *testBundle, c *ledger.Charge) (*ledger.Claim, *ledger.Charge) {
 	t.Helper()
 	cl, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func claim(t *testing.T, ctx context.Context, b *ledgertest.Bundle, c *ledger.Ch
 	return cl, got
 }
 
-func spend(t *testing.T, ctx context.Context, b *ledgertest.Bundle) int64 {
+func spend(t *testing.T, ctx context.Context, b *testBundle) int64 {
 	t.Helper()
 	s, err := b.Ledger.PeriodSpendGet(ctx, "2026-11", "usd")
 	require.NoError(t, err)
@@ -114,6 +114,34 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		cl, got := claim(t, ctx, b, c)
 		require.NotNil(t, cl, "a first charge has no history to compare with")
 		require.Equal(t, ledger.ChargePending, got.Status)
+	})
+
+	t.Run("ApprovedChargeSkipsTheCap", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := guardBundle(t, ledger.Config{})
+		c := closedWith(t, ctx, b, "acme", 500)
+		limit := int64(100)
+		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
+		require.NoError(t, err)
+		_, held := claim(t, ctx, b, c)
+		require.Equal(t, ledger.HeldOverCustomerCap, *held.HeldReason)
+
+		approved, err := b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "agreed with the customer"})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePending, approved.Status)
+		require.False(t, approved.LookupRequired, "never called: no mark needed")
+		cl, _ := claim(t, ctx, b, c)
+		require.NotNil(t, cl)
+		require.True(t, cl.Lookup)
+
+		actions, err := b.Ledger.ChargeActions(ctx, c.ID)
+		require.NoError(t, err)
+		require.Len(t, actions, 1)
+		require.Equal(t, ledger.ActionApprove, actions[0].Action)
+		require.Equal(t, "operator:ops/tly_1", actions[0].Actor)
+		require.Equal(t, "agreed with the customer", actions[0].Reason)
+		require.Equal(t, ledger.ChargeHeld, *actions[0].StatusBefore)
+		require.Equal(t, ledger.ChargePending, *actions[0].StatusAfter)
 	})
 
 	t.Run("BudgetReservesHoldsAndReleases", func(t *testing.T) {
@@ -182,32 +210,47 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		require.Equal(t, int64(7), b.Count(t, `SELECT count(*) FROM billing.charges WHERE status = 'held' AND held_reason = 'over_period_budget'`))
 	})
 
-	t.Run("ApprovedChargeSkipsTheCap", func(t *testing.T) {
+	t.Run("HeldIsReportedAgainDaily", func(t *testing.T) {
 		t.Parallel()
-		ctx, b, _ := guardBundle(t, ledger.Config{})
+		ctx, b, logs := guardBundle(t, ledger.Config{PeriodBudgetCents: 1})
 		c := closedWith(t, ctx, b, "acme", 500)
-		limit := int64(100)
-		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
+		claim(t, ctx, b, c)
+		n, err := b.Ledger.ChargeHeldReport(ctx)
 		require.NoError(t, err)
-		_, held := claim(t, ctx, b, c)
-		require.Equal(t, ledger.HeldOverCustomerCap, *held.HeldReason)
+		require.Zero(t, n, "just held: the transition's alert is enough")
+		b.Clock.Advance(25 * time.Hour)
+		n, err = b.Ledger.ChargeHeldReport(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Contains(t, logs.String(), "still held after 25h0m0s")
+		n, err = b.Ledger.ChargeHeldReport(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "once a day")
+		b.Clock.Advance(25 * time.Hour)
+		n, err = b.Ledger.ChargeHeldReport(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		counts, err := b.Ledger.ChargeHeldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[ledger.HeldReason]int64{ledger.HeldOverPeriodBudget: 1}, counts)
+	})
 
-		approved, err := b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "agreed with the customer"})
+	t.Run("LongPauseIsAlerted", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, logs := guardBundle(t, ledger.Config{})
+		reported, err := b.Ledger.ChargingPausedReport(ctx, 0)
 		require.NoError(t, err)
-		require.Equal(t, ledger.ChargePending, approved.Status)
-		require.False(t, approved.LookupRequired, "never called: no mark needed")
-		cl, _ := claim(t, ctx, b, c)
-		require.NotNil(t, cl)
-		require.True(t, cl.Lookup)
-
-		actions, err := b.Ledger.ChargeActions(ctx, c.ID)
+		require.False(t, reported, "not paused")
+		_, err = b.Ledger.ChargingPause(ctx, "cli:ops", "incident 42")
 		require.NoError(t, err)
-		require.Len(t, actions, 1)
-		require.Equal(t, ledger.ActionApprove, actions[0].Action)
-		require.Equal(t, "operator:ops/tly_1", actions[0].Actor)
-		require.Equal(t, "agreed with the customer", actions[0].Reason)
-		require.Equal(t, ledger.ChargeHeld, *actions[0].StatusBefore)
-		require.Equal(t, ledger.ChargePending, *actions[0].StatusAfter)
+		reported, err = b.Ledger.ChargingPausedReport(ctx, ledger.ChargingPausedAlertAfter)
+		require.NoError(t, err)
+		require.False(t, reported, "just paused")
+		reported, err = b.Ledger.ChargingPausedReport(ctx, 0)
+		require.NoError(t, err)
+		require.True(t, reported)
+		require.Contains(t, logs.String(), "alert=charging_paused")
+		require.Contains(t, logs.String(), "billingctl charging resume")
 	})
 
 	t.Run("PausedChargingRefusesClaims", func(t *testing.T) {
@@ -235,49 +278,6 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		cl, _ := claim(t, ctx, b, c)
 		require.NotNil(t, cl)
 	})
-
-	t.Run("LongPauseIsAlerted", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, logs := guardBundle(t, ledger.Config{})
-		reported, err := b.Ledger.ChargingPausedReport(ctx, 0)
-		require.NoError(t, err)
-		require.False(t, reported, "not paused")
-		_, err = b.Ledger.ChargingPause(ctx, "cli:ops", "incident 42")
-		require.NoError(t, err)
-		reported, err = b.Ledger.ChargingPausedReport(ctx, ledger.ChargingPausedAlertAfter)
-		require.NoError(t, err)
-		require.False(t, reported, "just paused")
-		reported, err = b.Ledger.ChargingPausedReport(ctx, 0)
-		require.NoError(t, err)
-		require.True(t, reported)
-		require.Contains(t, logs.String(), "alert=charging_paused")
-		require.Contains(t, logs.String(), "billingctl charging resume")
-	})
-
-	t.Run("HeldIsReportedAgainDaily", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, logs := guardBundle(t, ledger.Config{PeriodBudgetCents: 1})
-		c := closedWith(t, ctx, b, "acme", 500)
-		claim(t, ctx, b, c)
-		n, err := b.Ledger.ChargeHeldReport(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n, "just held: the transition's alert is enough")
-		b.Clock.Advance(25 * time.Hour)
-		n, err = b.Ledger.ChargeHeldReport(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		require.Contains(t, logs.String(), "still held after 25h0m0s")
-		n, err = b.Ledger.ChargeHeldReport(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n, "once a day")
-		b.Clock.Advance(25 * time.Hour)
-		n, err = b.Ledger.ChargeHeldReport(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		counts, err := b.Ledger.ChargeHeldCount(ctx)
-		require.NoError(t, err)
-		require.Equal(t, map[ledger.HeldReason]int64{ledger.HeldOverPeriodBudget: 1}, counts)
-	})
 }
 
 func TestChargeOperatorActions(t *testing.T) {
@@ -291,20 +291,6 @@ func TestChargeOperatorActions(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, code, ce.Code)
 	}
-
-	t.Run("ApproveRefusesWhatIsNotHeld", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, _ := guardBundle(t, ledger.Config{})
-		c := closedWith(t, ctx, b, "acme", 500)
-		_, err := b.Ledger.ChargeApprove(ctx, act(c.ID))
-		conflict(t, err, ledger.ConflictChargeNotHeld)
-		_, err = b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:x"})
-		var ve *ledger.ValidationError
-		require.ErrorAs(t, err, &ve)
-		require.Contains(t, ve.Fields["reason"], "is required")
-		_, err = b.Ledger.ChargeApprove(ctx, act(999))
-		require.ErrorIs(t, err, ledger.ErrNotFound)
-	})
 
 	t.Run("ApproveRefusesADoubleCharge", func(t *testing.T) {
 		t.Parallel()
@@ -326,6 +312,20 @@ func TestChargeOperatorActions(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeHeld, got.Status, "held until the resolve job is done")
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_resolve'`))
+	})
+
+	t.Run("ApproveRefusesWhatIsNotHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := guardBundle(t, ledger.Config{})
+		c := closedWith(t, ctx, b, "acme", 500)
+		_, err := b.Ledger.ChargeApprove(ctx, act(c.ID))
+		conflict(t, err, ledger.ConflictChargeNotHeld)
+		_, err = b.Ledger.ChargeApprove(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:x"})
+		var ve *ledger.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Contains(t, ve.Fields["reason"], "is required")
+		_, err = b.Ledger.ChargeApprove(ctx, act(999))
+		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 
 	t.Run("CancelOnlyWhereNoMoneyMoved", func(t *testing.T) {

@@ -12,6 +12,25 @@ import (
 func TestChargeLimits(t *testing.T) {
 	t.Parallel()
 
+	t.Run("AboveMaximumIsHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := guardBundle(t, ledger.Config{})
+		c := closedWith(t, ctx, b, "acme", ledger.AmountMaxCents+1)
+		cl, got := claim(t, ctx, b, c)
+		require.Nil(t, cl)
+		require.Equal(t, ledger.ChargeHeld, got.Status)
+		require.Equal(t, ledger.HeldAmountTooLarge, *got.HeldReason)
+
+		act := ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "checked"}
+		_, err := b.Ledger.ChargeApprove(ctx, act)
+		var ce *ledger.ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.Contains(t, ce.Detail, "cancel it")
+		canceled, err := b.Ledger.ChargeCancel(ctx, act)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeCanceled, canceled.Status)
+	})
+
 	t.Run("BelowMinimumIsCarriedIntoTheNextCharge", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := guardBundle(t, ledger.Config{PeriodBudgetCents: 10_000})
@@ -51,25 +70,6 @@ func TestChargeLimits(t *testing.T) {
 		s, err := b.Ledger.PeriodSpendGet(ctx, "2026-12", "usd")
 		require.NoError(t, err)
 		require.Equal(t, int64(130), s.ReservedCents)
-	})
-
-	t.Run("AboveMaximumIsHeld", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, _ := guardBundle(t, ledger.Config{})
-		c := closedWith(t, ctx, b, "acme", ledger.AmountMaxCents+1)
-		cl, got := claim(t, ctx, b, c)
-		require.Nil(t, cl)
-		require.Equal(t, ledger.ChargeHeld, got.Status)
-		require.Equal(t, ledger.HeldAmountTooLarge, *got.HeldReason)
-
-		act := ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:ops/tly_1", Reason: "checked"}
-		_, err := b.Ledger.ChargeApprove(ctx, act)
-		var ce *ledger.ConflictError
-		require.ErrorAs(t, err, &ce)
-		require.Contains(t, ce.Detail, "cancel it")
-		canceled, err := b.Ledger.ChargeCancel(ctx, act)
-		require.NoError(t, err)
-		require.Equal(t, ledger.ChargeCanceled, canceled.Status)
 	})
 
 	t.Run("MinimumsFollowStripesTable", func(t *testing.T) {

@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // TestChargeStatusMachine walks every (from, to) pair of statuses and shows
@@ -18,9 +16,7 @@ import (
 // Postgres's trigger alike.
 func TestChargeStatusMachine(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
-	b.Customer(t, "acme")
+	ctx, b := setup(t, setupOpts{})
 
 	allowed := map[[2]ledger.ChargeStatus]bool{}
 	for _, p := range ledger.ChargeTransitionPairs() {

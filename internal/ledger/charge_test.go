@@ -38,7 +38,7 @@ func (b *testBundle) close(t *testing.T, ctx context.Context) *ledger.Charge {
 // closedCharge sets up acme's November with one event, closed.
 func closedCharge(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
 	t.Helper()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 	require.NoError(t, err)
 	return ctx, b, b.close(t, ctx)
@@ -49,7 +49,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("CapHoldsCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		limit := int64(150)
 		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
 		require.NoError(t, err)
@@ -71,7 +71,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("EventsRacingTheCloseAreChargedOrRejected", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("first", 1))
 		require.NoError(t, err)
 
@@ -127,7 +127,7 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("ExistingChargeIsReturnedUnchanged", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		first := b.close(t, ctx)
@@ -138,14 +138,14 @@ func TestPeriodClose(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-10", Actor: "test"})
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 
 	t.Run("SnapshotsParameters", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e1", 100), event("e2", 23)})
 		require.NoError(t, err)
 		c := b.close(t, ctx)
@@ -174,7 +174,7 @@ func TestPeriodClose(t *testing.T) {
 
 // expireLeases ends every lease now, as time passing would: leases live on
 // Postgres's clock, not the ledger's test clock.
-func expireLeases(t *testing.T, b *ledgertest.Bundle) {
+func expireLeases(t *testing.T, b *testBundle) {
 	t.Helper()
 	_, err := b.Pool.Exec(context.Background(), `
 UPDATE billing.charges SET lease_expires_at = now() - interval '1 second' WHERE lease_owner IS NOT NULL`)
@@ -187,6 +187,22 @@ func TestChargeClaim(t *testing.T) {
 	claimParams := func(id int64, owner string) ledger.ChargeClaimParams {
 		return ledger.ChargeClaimParams{ChargeID: id, Owner: owner, LeaseTTL: time.Minute}
 	}
+
+	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
+		require.NoError(t, err)
+		for _, stmt := range []string{
+			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
+			"DELETE FROM billing.charge_attempts",
+			"UPDATE billing.charge_transitions SET actor = 'x'",
+		} {
+			_, err := b.Pool.Exec(ctx, stmt)
+			require.ErrorContains(t, err, "append-only", stmt)
+		}
+	})
 
 	t.Run("LeaseHeldThenExpires", func(t *testing.T) {
 		t.Parallel()
@@ -201,7 +217,7 @@ func TestChargeClaim(t *testing.T) {
 		require.ErrorAs(t, err, &held)
 		require.Equal(t, "a", held.Owner)
 
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 		require.False(t, claim.Lookup, "an attempt of the generation is on record, within the key window")
@@ -216,7 +232,7 @@ func TestChargeClaim(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		fresh, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
 		require.NoError(t, err)
 
@@ -226,6 +242,18 @@ func TestChargeClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ledger.ChargeSucceeded, got.Status)
 		require.Nil(t, got.LeaseOwner)
+	})
+
+	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "job:1/1", nil)
+		require.NoError(t, err)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
+		require.NoError(t, err)
+		require.Nil(t, claim)
 	})
 
 	t.Run("SkewedClockNeverTakesALiveLease", func(t *testing.T) {
@@ -248,34 +276,6 @@ func TestChargeClaim(t *testing.T) {
 			require.ErrorAs(t, err, &held, "the lease lives on Postgres's clock")
 			require.Equal(t, "a", held.Owner)
 			require.Greater(t, held.Left, 50*time.Second)
-		}
-	})
-
-	t.Run("NothingToClaimWhenSettled", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim, err := b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
-		require.NoError(t, err)
-		_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed, ErrorCode: "card_declined"}, "job:1/1", nil)
-		require.NoError(t, err)
-		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "b"))
-		require.NoError(t, err)
-		require.Nil(t, claim)
-	})
-
-	t.Run("AttemptLogIsAppendOnly", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim := b.claimToCall(t, ctx, claimParams(c.ID, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeUnknown}, "job:1/1", nil)
-		require.NoError(t, err)
-		for _, stmt := range []string{
-			"UPDATE billing.charge_attempts SET outcome = 'succeeded'",
-			"DELETE FROM billing.charge_attempts",
-			"UPDATE billing.charge_transitions SET actor = 'x'",
-		} {
-			_, err := b.Pool.Exec(ctx, stmt)
-			require.ErrorContains(t, err, "append-only", stmt)
 		}
 	})
 }
@@ -360,7 +360,7 @@ func TestChargeReconcile(t *testing.T) {
 
 	t.Run("UnknownCharge", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_X")
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
@@ -451,13 +451,24 @@ func TestChargeLookup(t *testing.T) {
 		ctx, b, c := closedCharge(t)
 		stale, err := b.Ledger.ChargeClaim(ctx, params(c, "a"))
 		require.NoError(t, err)
-		expireLeases(t, b.Bundle)
+		expireLeases(t, b)
 		fresh := b.claimToCall(t, ctx, params(c, "b"))
 		require.NotZero(t, fresh.AttemptID)
 
 		_, err = b.Ledger.ChargeLookupNone(ctx, stale, "job:1/1")
 		require.ErrorIs(t, err, ledger.ErrLeaseLost)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts`))
+	})
+
+	t.Run("MarkLeavesSettledChargesAlone", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, params(c, "a"))
+		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
+		require.NoError(t, err)
+		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
+		require.NoError(t, err)
+		require.Empty(t, marked)
 	})
 
 	t.Run("MarkMakesTheNextCallLookUp", func(t *testing.T) {
@@ -486,22 +497,11 @@ WHERE charge_id = $1 AND from_status = 'unknown' AND to_status = 'unknown' AND a
 		require.Equal(t, 0, next.Charge.KeyGeneration, "within the window the key stays")
 		require.Equal(t, *claim.Charge.GenerationFirstAttemptedAt, *next.Charge.GenerationFirstAttemptedAt, "the key's first use stays")
 	})
-
-	t.Run("MarkLeavesSettledChargesAlone", func(t *testing.T) {
-		t.Parallel()
-		ctx, b, c := closedCharge(t)
-		claim := b.claimToCall(t, ctx, params(c, "a"))
-		_, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"}, "job:1/1", nil)
-		require.NoError(t, err)
-		marked, err := b.Ledger.ChargeLookupMark(ctx, "operator:test", "restore")
-		require.NoError(t, err)
-		require.Empty(t, marked)
-	})
 }
 
 func TestChargeListStale(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	for _, c := range []string{"a", "p", "u"} {
 		b.Customer(t, c)
 		ev := event("e1", 100)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // TestOperationsSnapshotGet holds the shared snapshot of the state gauges to
@@ -20,8 +19,7 @@ import (
 // database).
 func TestOperationsSnapshotGet(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	var takes atomic.Int64
 	take := func(context.Context) (json.RawMessage, error) {
 		n := takes.Add(1)
@@ -37,6 +35,7 @@ func TestOperationsSnapshotGet(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"take":1}`, string(first.State))
 
+	// In this order (by name too): they share one snapshot and count its takes, 1, 2 then 3.
 	t.Run("FreshIsShared", func(t *testing.T) {
 		for range 3 {
 			snap, err := replica().OperationsSnapshotGet(ctx, time.Hour, take)

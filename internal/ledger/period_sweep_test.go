@@ -10,7 +10,6 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // novemberClosesAt is when the November 2026 period closes: month end plus
@@ -22,11 +21,9 @@ const sweepGrace = 15 * time.Minute
 
 // periodSweepBundle is a ledger with customer acme's November period open
 // and its charge job inserted (never worked: the River client inserts only).
-func periodSweepBundle(t *testing.T) (context.Context, *ledgertest.Bundle, int64) {
+func periodSweepBundle(t *testing.T) (context.Context, *testBundle, int64) {
 	t.Helper()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
-	b.Customer(t, "acme")
+	ctx, b := setup(t, setupOpts{})
 	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 500})
 	require.NoError(t, err)
 	p, err := b.Ledger.PeriodGet(ctx, "acme", "2026-11")
@@ -36,7 +33,7 @@ func periodSweepBundle(t *testing.T) (context.Context, *ledgertest.Bundle, int64
 }
 
 // sweepPeriods moves the clock to now and sweeps as the sweep job does.
-func sweepPeriods(t *testing.T, ctx context.Context, b *ledgertest.Bundle, now time.Time) []ledger.PeriodJobLost {
+func sweepPeriods(t *testing.T, ctx context.Context, b *testBundle, now time.Time) []ledger.PeriodJobLost {
 	t.Helper()
 	b.Clock.Set(now)
 	lost, err := b.Ledger.PeriodSweepLostJobs(ctx, ledger.PeriodSweepParams{
@@ -48,14 +45,14 @@ func sweepPeriods(t *testing.T, ctx context.Context, b *ledgertest.Bundle, now t
 
 // setJobState puts a River job in a finished state, as River leaves it after
 // a discard or a cancel.
-func setJobState(t *testing.T, b *ledgertest.Bundle, jobID int64, state string) {
+func setJobState(t *testing.T, b *testBundle, jobID int64, state string) {
 	t.Helper()
 	_, err := b.Pool.Exec(context.Background(), `
 UPDATE river.river_job SET state = $2, finalized_at = now(), attempt = max_attempts WHERE id = $1`, jobID, state)
 	require.NoError(t, err)
 }
 
-func jobState(t *testing.T, b *ledgertest.Bundle, jobID int64) string {
+func jobState(t *testing.T, b *testBundle, jobID int64) string {
 	t.Helper()
 	var state string
 	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT state FROM river.river_job WHERE id = $1`, jobID).Scan(&state))

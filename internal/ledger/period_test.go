@@ -24,7 +24,7 @@ func TestPeriodListPage(t *testing.T) {
 
 	t.Run("BadParams", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		for _, tc := range []struct {
 			p     ledger.PeriodListParams
 			field string
@@ -46,7 +46,7 @@ func TestPeriodListPage(t *testing.T) {
 
 	t.Run("PagesNewestFirst", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		for m := time.June; m <= time.November; m++ {
 			b.Clock.Set(time.Date(2026, m, 10, 0, 0, 0, 0, time.UTC))
 			_, err := b.Ledger.UsageEventRecord(ctx, event(m.String(), 1))

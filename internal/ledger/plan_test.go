@@ -16,7 +16,7 @@ import (
 // requirePlans prepares query on b's database and requires its plan, custom
 // and generic (on tables never analyzed, as autovacuum may leave them), to
 // use the index want and none of avoid.
-func requirePlans(t *testing.T, b *ledgertest.Bundle, query, execute, want string, avoid ...string) {
+func requirePlans(t *testing.T, b *testBundle, query, execute, want string, avoid ...string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := b.Pool.Acquire(ctx)
@@ -50,8 +50,7 @@ func requirePlans(t *testing.T, b *ledgertest.Bundle, query, execute, want strin
 // The hot statements find their rows by key under every plan Postgres may
 // choose, so their cost never grows with the tables.
 func TestPlans(t *testing.T) {
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	var events []ledger.UsageEventParams
 	for i := range 500 {
 		id := fmt.Sprintf("cust-%04d", i)

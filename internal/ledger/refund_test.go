@@ -10,16 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // adjustmentBundle is a ledger with acme's November charge paid by
 // PaymentIntent pi_1 (Stripe charge ch_1).
-func adjustmentBundle(t *testing.T) (context.Context, *ledgertest.Bundle, *ledger.Charge) {
+func adjustmentBundle(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
 	t.Helper()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
-	b.Customer(t, "acme")
+	ctx, b := setup(t, setupOpts{})
 	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 1000})
 	require.NoError(t, err)
 	c, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "job:1/1"})
@@ -43,7 +40,7 @@ func refundEvent(evtID, typ, status string, at time.Time) ledger.ChargeAdjustmen
 
 // recordRefund applies events in the order given, each in its own
 // transaction as the webhook worker does, and returns the refund.
-func recordRefund(t *testing.T, ctx context.Context, b *ledgertest.Bundle, events ...ledger.ChargeAdjustmentParams) *ledger.Refund {
+func recordRefund(t *testing.T, ctx context.Context, b *testBundle, events ...ledger.ChargeAdjustmentParams) *ledger.Refund {
 	t.Helper()
 	for _, p := range events {
 		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
@@ -159,7 +156,7 @@ func disputeEvent(evtID, typ, status string, at time.Time) ledger.ChargeAdjustme
 	}
 }
 
-func recordDispute(t *testing.T, ctx context.Context, b *ledgertest.Bundle, events ...ledger.ChargeAdjustmentParams) *ledger.Dispute {
+func recordDispute(t *testing.T, ctx context.Context, b *testBundle, events ...ledger.ChargeAdjustmentParams) *ledger.Dispute {
 	t.Helper()
 	for _, p := range events {
 		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {

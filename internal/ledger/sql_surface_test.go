@@ -14,12 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // financeConn connects to b's database as a new login role that is a
 // member of tally_readonly, dropped when the test ends.
-func financeConn(t *testing.T, b *ledgertest.Bundle) *pgx.Conn {
+func financeConn(t *testing.T, b *testBundle) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	suffix := make([]byte, 4)
@@ -41,8 +40,7 @@ func financeConn(t *testing.T, b *ledgertest.Bundle) *pgx.Conn {
 // The SQL surface for finance: the views answer, tally_readonly reads the
 // billing schema and nothing else, and every query of docs/sql.md runs.
 func TestSQLSurface(t *testing.T) {
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	for _, id := range []string{"acme", "beta", "gamma"} {
 		b.Customer(t, id)
 		for i, amount := range []int64{1200, 800} {
@@ -69,23 +67,19 @@ VALUES ('evt_acme', 'payment_intent.succeeded', '{"data":{"object":{"id":"pi_acm
 
 	finance := financeConn(t, b)
 
-	t.Run("Reconciliation", func(t *testing.T) {
-		rows, err := finance.Query(ctx, `SELECT customer_id, disagreement, stripe_received_cents FROM billing.reconciliation`)
+	t.Run("DocsQueries", func(t *testing.T) {
+		doc, err := os.ReadFile("../../docs/sql.md")
 		require.NoError(t, err)
-		type row struct {
-			Customer, Disagreement string
-			Stripe                 *int64
+		blocks := regexp.MustCompile("(?s)### [^\n]+\n\n```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+		require.GreaterOrEqual(t, len(blocks), 10, "docs/sql.md has its ten questions")
+		for _, block := range blocks {
+			query := strings.TrimSpace(block[1])
+			rows, err := finance.Query(ctx, query)
+			require.NoError(t, err, "%s", query)
+			for rows.Next() {
+			}
+			require.NoError(t, rows.Err(), "%s", query)
 		}
-		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-			var x row
-			err := r.Scan(&x.Customer, &x.Disagreement, &x.Stripe)
-			return x, err
-		})
-		require.NoError(t, err)
-		require.Len(t, got, 1, "only beta disagrees: %+v", got)
-		require.Equal(t, "beta", got[0].Customer)
-		require.Equal(t, "stripe_differs_from_charge", got[0].Disagreement)
-		require.Equal(t, int64(1999), *got[0].Stripe)
 	})
 
 	t.Run("PeriodTotalsAndOpenCharges", func(t *testing.T) {
@@ -116,18 +110,22 @@ WHERE customer_id = 'acme' AND period = '2026-11'`).Scan(&total, &amount, &statu
 		}
 	})
 
-	t.Run("DocsQueries", func(t *testing.T) {
-		doc, err := os.ReadFile("../../docs/sql.md")
+	t.Run("Reconciliation", func(t *testing.T) {
+		rows, err := finance.Query(ctx, `SELECT customer_id, disagreement, stripe_received_cents FROM billing.reconciliation`)
 		require.NoError(t, err)
-		blocks := regexp.MustCompile("(?s)### [^\n]+\n\n```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-		require.GreaterOrEqual(t, len(blocks), 10, "docs/sql.md has its ten questions")
-		for _, block := range blocks {
-			query := strings.TrimSpace(block[1])
-			rows, err := finance.Query(ctx, query)
-			require.NoError(t, err, "%s", query)
-			for rows.Next() {
-			}
-			require.NoError(t, rows.Err(), "%s", query)
+		type row struct {
+			Customer, Disagreement string
+			Stripe                 *int64
 		}
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.Customer, &x.Disagreement, &x.Stripe)
+			return x, err
+		})
+		require.NoError(t, err)
+		require.Len(t, got, 1, "only beta disagrees: %+v", got)
+		require.Equal(t, "beta", got[0].Customer)
+		require.Equal(t, "stripe_differs_from_charge", got[0].Disagreement)
+		require.Equal(t, int64(1999), *got[0].Stripe)
 	})
 }

@@ -9,15 +9,13 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
 // eventSweepBundle is a ledger with one stored Stripe event, evt_1, and its
 // job (never worked: the River client inserts only).
-func eventSweepBundle(t *testing.T) (context.Context, *ledgertest.Bundle, int64) {
+func eventSweepBundle(t *testing.T) (context.Context, *testBundle, int64) {
 	t.Helper()
-	ctx := context.Background()
-	b := ledgertest.New(t, ledger.Config{})
+	ctx, b := setup(t, setupOpts{noCustomer: true})
 	created, err := b.Ledger.StripeEventRecord(ctx, ledger.StripeEventParams{
 		ID: "evt_1", Type: "customer.created", Payload: []byte(`{"id":"evt_1","type":"customer.created"}`),
 		CreatedAt: b.Clock.Now(),
@@ -31,7 +29,7 @@ func eventSweepBundle(t *testing.T) (context.Context, *ledgertest.Bundle, int64)
 
 // sweepEvents advances the clock by d and sweeps as the sweep job does, with
 // the default thresholds.
-func sweepEvents(t *testing.T, ctx context.Context, b *ledgertest.Bundle, d time.Duration) []ledger.StripeEventSwept {
+func sweepEvents(t *testing.T, ctx context.Context, b *testBundle, d time.Duration) []ledger.StripeEventSwept {
 	t.Helper()
 	b.Clock.Advance(d)
 	now := b.Ledger.Now()

@@ -23,7 +23,7 @@ func requireForeignKeyViolation(t *testing.T, err error, contains string) {
 // period with events deleted or re-keyed.
 func TestUsageEventPeriodCheck(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	res, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 	require.NoError(t, err)
 	period := res.Event.Period
@@ -33,6 +33,7 @@ INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, c
 SELECT 'acme', e, p, 1, 'usd', now(), now(), sha256(e::bytea)
 FROM unnest($1::text[], $2::text[]) AS x (e, p)`
 
+	// In this order, not by name: OneOfManyWithoutPeriod counts the events before EventsWithPeriod adds two.
 	t.Run("EventWithoutPeriod", func(t *testing.T) {
 		_, err := b.Pool.Exec(ctx, insert, []string{"x1"}, []string{"1999-01"})
 		requireForeignKeyViolation(t, err, "period 1999-01 of customer acme does not exist")

@@ -84,7 +84,7 @@ func TestUsageEventProperties(t *testing.T) {
 // more is refused, so the ledger counts each number as Postgres writes it.
 func TestUsageEventRecordPropertiesSize(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	for i, n := range []string{
 		`1`, `-0`, `-0.0`, `0.10`, `1E+2`, `123.456e1`, `100e-2`, `0e-5`, `-2.5e-3`, `1.5e-7`, `1e300`,
 		`1.7976931348623157e308`, `-4.9406564584124654e-324`, `5e-324`, `123456789012345670000`, `0.000`,

@@ -56,7 +56,7 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 
 // countingLedger returns a ledger of config on b's database, with b's clock,
 // whose pool counts every statement it sends.
-func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*ledger.Ledger, *statementCounter) {
+func countingLedger(t *testing.T, b *testBundle, config ledger.Config) (*ledger.Ledger, *statementCounter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
@@ -77,25 +77,8 @@ func countingLedger(t *testing.T, b *ledgertest.Bundle, config ledger.Config) (*
 // same handful of statements whatever its size; the rare cases (first event
 // of a period, replays) may take more.
 func TestUsageEventRoundTrips(t *testing.T) {
-	ctx, b := setup(t)
-	l, counter := countingLedger(t, b.Bundle, ledger.Config{})
-
-	t.Run("OneEventOneStatement", func(t *testing.T) {
-		_, err := l.UsageEventRecord(ctx, event("first", 100)) // creates the period
-		require.NoError(t, err)
-		counter.reset()
-		res, err := l.UsageEventRecord(ctx, event("second", 250))
-		require.NoError(t, err)
-		require.False(t, res.Replay)
-		require.Equal(t, int64(250), res.Event.AmountCents)
-		require.Equal(t, "usd", res.Event.Currency)
-		require.Equal(t, int64(1), counter.n.Load(), "statements for a new event in an open period")
-
-		replay, err := l.UsageEventRecord(ctx, event("second", 250))
-		require.NoError(t, err)
-		require.True(t, replay.Replay)
-		require.Equal(t, res.Event, replay.Event, "a replay answers the event as first stored")
-	})
+	ctx, b := setup(t, setupOpts{})
+	l, counter := countingLedger(t, b, ledger.Config{})
 
 	t.Run("BatchStatementsDoNotGrowWithSize", func(t *testing.T) {
 		for i := range 10 {
@@ -118,6 +101,23 @@ func TestUsageEventRoundTrips(t *testing.T) {
 		// begin, find stored, lock periods, insert, commit
 		require.LessOrEqual(t, counter.n.Load(), int64(5), "statements for a batch of 200 in open periods")
 		require.Equal(t, int64(400), b.Count(t, `SELECT count(*) FROM billing.usage_events WHERE customer_id LIKE 'batch-%'`))
+	})
+
+	t.Run("OneEventOneStatement", func(t *testing.T) {
+		_, err := l.UsageEventRecord(ctx, event("first", 100)) // creates the period
+		require.NoError(t, err)
+		counter.reset()
+		res, err := l.UsageEventRecord(ctx, event("second", 250))
+		require.NoError(t, err)
+		require.False(t, res.Replay)
+		require.Equal(t, int64(250), res.Event.AmountCents)
+		require.Equal(t, "usd", res.Event.Currency)
+		require.Equal(t, int64(1), counter.n.Load(), "statements for a new event in an open period")
+
+		replay, err := l.UsageEventRecord(ctx, event("second", 250))
+		require.NoError(t, err)
+		require.True(t, replay.Replay)
+		require.Equal(t, res.Event, replay.Event, "a replay answers the event as first stored")
 	})
 }
 
@@ -149,7 +149,7 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 // A batch answers each created event exactly as it was stored: a replay of
 // the batch, read back from Postgres, answers the same events.
 func TestUsageEventBatchAnswersAsStored(t *testing.T) {
-	ctx, b := setup(t)
+	ctx, b := setup(t, setupOpts{})
 	qty := int64(7)
 	occurred := ledgertest.ClockStart.Add(-time.Hour + 123456789*time.Nanosecond)
 	batch := []ledger.UsageEventParams{

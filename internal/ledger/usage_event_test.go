@@ -17,17 +17,6 @@ import (
 	"github.com/tally-billing/tally/internal/ledgertest"
 )
 
-type testBundle struct {
-	*ledgertest.Bundle
-}
-
-func setup(t *testing.T) (context.Context, *testBundle) {
-	t.Helper()
-	b := ledgertest.New(t, ledger.Config{})
-	b.Customer(t, "acme")
-	return context.Background(), &testBundle{b}
-}
-
 func event(id string, amount int64) ledger.UsageEventParams {
 	return ledger.UsageEventParams{CustomerID: "acme", EventID: id, AmountCents: amount, Metric: "api_calls"}
 }
@@ -63,7 +52,7 @@ func TestUsageEventRecord(t *testing.T) {
 
 	t.Run("AppendOnlyTrigger", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 
@@ -80,7 +69,7 @@ func TestUsageEventRecord(t *testing.T) {
 
 	t.Run("ConcurrentFirstEventsCreateOnePeriodAndOneJob", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		const n = 50
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
@@ -111,7 +100,7 @@ func TestUsageEventRecord(t *testing.T) {
 
 	t.Run("ConcurrentReplaysStoreOneRowAndAnswerAlike", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		const n = 20
 		results := make([]*ledger.UsageEventResult, n)
 		var wg sync.WaitGroup
@@ -138,7 +127,7 @@ func TestUsageEventRecord(t *testing.T) {
 
 	t.Run("CreatesPeriodAndChargeJobScheduledAtClose", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		res, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		require.False(t, res.Replay)
@@ -163,7 +152,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("CurrencyMustMatchPeriod", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		ev := event("e1", 100)
 		ev.Currency = "EUR"
 		_, err := b.Ledger.UsageEventRecord(ctx, ev)
@@ -184,7 +173,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("IdempotencyConflict", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		_, err = b.Ledger.UsageEventRecord(ctx, event("e1", 101))
@@ -194,7 +183,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("InvalidInputWritesNothing", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		future := ledgertest.ClockStart.Add(6 * time.Minute)
 		cases := []struct {
 			field  string
@@ -228,7 +217,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("PeriodClosed", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
 		require.NoError(t, err)
 		_, err = b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now()`)
@@ -259,7 +248,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("PeriodPastCloseTimeIsNotCreated", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		// October closed at 2026-11-01T01:00Z (end + 1 h grace).
 		old := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
 		ev := event("late", 100)
@@ -281,7 +270,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("ReplayReturnsStoredEvent", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		ev := event("e1", 100)
 		ev.Properties = json.RawMessage(`{"b":1,"a":{"z":true,"y":[1,2]}}`)
 		first, err := b.Ledger.UsageEventRecord(ctx, ev)
@@ -300,7 +289,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("RolledBackIngestLeavesNeitherEventNorJob", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		failing := &failingScheduler{}
 		l, err := ledger.New(b.Pool, ledger.Config{Clock: b.Clock.Now, Scheduler: failing})
 		require.NoError(t, err)
@@ -314,7 +303,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 
 	t.Run("UnknownCustomer", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		ev := event("e1", 100)
 		ev.CustomerID = "ghost"
 		_, err := b.Ledger.UsageEventRecord(ctx, ev)
@@ -349,7 +338,7 @@ func TestUsageEventRecordBatch(t *testing.T) {
 
 	t.Run("AllOrNothing", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecord(ctx, event("taken", 5))
 		require.NoError(t, err)
 		b.Customer(t, "beta")
@@ -375,28 +364,9 @@ func TestUsageEventRecordBatch(t *testing.T) {
 		require.Equal(t, int64(1), b.jobCount(t), "beta's job rolled back")
 	})
 
-	t.Run("DuplicatesInsideBatchAreReplays", func(t *testing.T) {
-		t.Parallel()
-		ctx, b := setup(t)
-		res, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{
-			event("x", 10), event("y", 20), event("x", 10),
-		})
-		require.NoError(t, err)
-		require.False(t, res[0].Replay)
-		require.False(t, res[1].Replay)
-		require.True(t, res[2].Replay)
-		require.Equal(t, res[0].Event, res[2].Event)
-		require.Equal(t, int64(2), b.eventCount(t))
-
-		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("z", 10), event("z", 11)})
-		var be *ledger.BatchError
-		require.ErrorAs(t, err, &be)
-		requireConflict(t, be.Items[1], ledger.ConflictIdempotency)
-	})
-
 	t.Run("ConcurrentOverlappingBatchesDoNotDeadlock", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		for _, c := range []string{"c1", "c2", "c3", "c4"} {
 			b.Customer(t, c)
 		}
@@ -427,9 +397,28 @@ func TestUsageEventRecordBatch(t *testing.T) {
 		require.Equal(t, int64(4), b.jobCount(t))
 	})
 
+	t.Run("DuplicatesInsideBatchAreReplays", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		res, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{
+			event("x", 10), event("y", 20), event("x", 10),
+		})
+		require.NoError(t, err)
+		require.False(t, res[0].Replay)
+		require.False(t, res[1].Replay)
+		require.True(t, res[2].Replay)
+		require.Equal(t, res[0].Event, res[2].Event)
+		require.Equal(t, int64(2), b.eventCount(t))
+
+		_, err = b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("z", 10), event("z", 11)})
+		var be *ledger.BatchError
+		require.ErrorAs(t, err, &be)
+		requireConflict(t, be.Items[1], ledger.ConflictIdempotency)
+	})
+
 	t.Run("SizeLimits", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t)
+		ctx, b := setup(t, setupOpts{})
 		_, err := b.Ledger.UsageEventRecordBatch(ctx, nil)
 		requireInvalid(t, err, "events")
 		_, err = b.Ledger.UsageEventRecordBatch(ctx, make([]ledger.UsageEventParams, ledger.UsageEventBatchMax+1))
