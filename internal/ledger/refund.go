@@ -32,6 +32,24 @@ type Refund struct {
 	StatusObservedAt *time.Time
 }
 
+// refundColumns are the columns of billing.refunds_current that scanRefund
+// reads, in its order.
+const refundColumns = `stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
+       currency, reason, stripe_created_at, status, failure_reason, status_event_id, status_event_type,
+       status_observed_at`
+
+// scanRefund reads a Refund from a row of refundColumns.
+func scanRefund(row pgx.Row) (*Refund, error) {
+	var r Refund
+	err := row.Scan(&r.StripeRefundID, &r.ChargeID, &r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents,
+		&r.Currency, &r.Reason, &r.StripeCreatedAt, &r.Status, &r.FailureReason, &r.StatusEventID,
+		&r.StatusEventType, &r.StatusObservedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // RefundRecordTx records what a Stripe event shows of a refund of one of
 // Tally's charges, in tx: the refund itself in billing.refunds the first
 // time (once per Stripe refund id; that row never changes) and the status it
@@ -95,18 +113,13 @@ ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.S
 
 // RefundGet returns a refund with its current status, or ErrNotFound.
 func (l *Ledger) RefundGet(ctx context.Context, stripeRefundID string) (*Refund, error) {
-	var r Refund
-	err := l.pool.QueryRow(ctx, `
-SELECT stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents, currency, reason,
-       stripe_created_at, status, failure_reason, status_event_id, status_event_type, status_observed_at
-FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID).Scan(&r.StripeRefundID, &r.ChargeID,
-		&r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents, &r.Currency, &r.Reason, &r.StripeCreatedAt,
-		&r.Status, &r.FailureReason, &r.StatusEventID, &r.StatusEventType, &r.StatusObservedAt)
+	r, err := scanRefund(l.pool.QueryRow(ctx, `SELECT `+refundColumns+`
+FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("refund %s", stripeRefundID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading refund %s: %w", stripeRefundID, err)
 	}
-	return &r, nil
+	return r, nil
 }
