@@ -41,6 +41,24 @@ type Dispute struct {
 	FundsReinstatedAt *time.Time
 }
 
+// disputeColumns are the columns of billing.disputes_current that
+// scanDispute reads, in its order.
+const disputeColumns = `stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
+       currency, reason, stripe_created_at, status, evidence_due_by, status_event_id, status_event_type,
+       status_observed_at, funds_withdrawn_at, funds_reinstated_at`
+
+// scanDispute reads a Dispute from a row of disputeColumns.
+func scanDispute(row pgx.Row) (*Dispute, error) {
+	var d Dispute
+	err := row.Scan(&d.StripeDisputeID, &d.ChargeID, &d.StripeChargeID, &d.StripePaymentIntentID, &d.AmountCents,
+		&d.Currency, &d.Reason, &d.StripeCreatedAt, &d.Status, &d.EvidenceDueBy, &d.StatusEventID,
+		&d.StatusEventType, &d.StatusObservedAt, &d.FundsWithdrawnAt, &d.FundsReinstatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
 // DisputeRecordTx records what a Stripe event shows of a dispute of one of
 // Tally's charges, in tx: the dispute itself in billing.disputes the first
 // time (once per Stripe dispute id; that row never changes) and the status
@@ -78,20 +96,13 @@ ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.
 
 // DisputeGet returns a dispute with its current status, or ErrNotFound.
 func (l *Ledger) DisputeGet(ctx context.Context, stripeDisputeID string) (*Dispute, error) {
-	var d Dispute
-	err := l.pool.QueryRow(ctx, `
-SELECT stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents, currency, reason,
-       stripe_created_at, status, evidence_due_by, status_event_id, status_event_type, status_observed_at,
-       funds_withdrawn_at, funds_reinstated_at
-FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID).Scan(&d.StripeDisputeID, &d.ChargeID,
-		&d.StripeChargeID, &d.StripePaymentIntentID, &d.AmountCents, &d.Currency, &d.Reason, &d.StripeCreatedAt,
-		&d.Status, &d.EvidenceDueBy, &d.StatusEventID, &d.StatusEventType, &d.StatusObservedAt,
-		&d.FundsWithdrawnAt, &d.FundsReinstatedAt)
+	d, err := scanDispute(l.pool.QueryRow(ctx, `SELECT `+disputeColumns+`
+FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("dispute %s", stripeDisputeID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading dispute %s: %w", stripeDisputeID, err)
 	}
-	return &d, nil
+	return d, nil
 }
