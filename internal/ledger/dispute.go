@@ -59,6 +59,20 @@ func scanDispute(row pgx.Row) (*Dispute, error) {
 	return &d, nil
 }
 
+// disputeKind records disputes in billing.disputes (whose stripe_event_id is
+// NOT NULL: a dispute is only ever seen in an event) and their statuses in
+// billing.dispute_events, with the disputed amount and when Stripe needs the
+// evidence.
+var disputeKind = adjustmentKind{
+	noun: "dispute", table: "billing.disputes", idColumn: "stripe_dispute_id", eventIDRequired: true,
+	statusSQL: `
+INSERT INTO billing.dispute_events (stripe_dispute_id, status, stripe_event_id, stripe_event_type, observed_at,
+                                    recorded_at, amount_cents, evidence_due_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
+	statusArgs: func(p *ChargeAdjustmentParams) []any { return []any{p.AmountCents, p.EvidenceDueBy} },
+}
+
 // DisputeRecordTx records what a Stripe event shows of a dispute of one of
 // Tally's charges, in tx: the dispute itself in billing.disputes the first
 // time (once per Stripe dispute id; that row never changes) and the status
@@ -66,32 +80,7 @@ func scanDispute(row pgx.Row) (*Dispute, error) {
 // reports whether that status row is new. It returns ErrNotFound when the
 // disputed charge is not Tally's.
 func (l *Ledger) DisputeRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
-	chargeID, err := adjustmentChargeTx(ctx, tx, `SELECT charge_id FROM billing.disputes WHERE stripe_dispute_id = $1`, p)
-	if err != nil {
-		return false, err
-	}
-	now := l.now()
-	if _, err := tx.Exec(ctx, `
-INSERT INTO billing.disputes (stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
-                              amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (stripe_dispute_id) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, p.EventID); err != nil {
-		return false, fmt.Errorf("error recording dispute %s: %w", p.StripeID, err)
-	}
-	if p.Status == "" {
-		return false, nil
-	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO billing.dispute_events (stripe_dispute_id, status, amount_cents, evidence_due_by, stripe_event_id,
-                                    stripe_event_type, observed_at, recorded_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.StripeID, p.Status, p.AmountCents,
-		p.EvidenceDueBy, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now)
-	if err != nil {
-		return false, fmt.Errorf("error recording status %s of dispute %s: %w", p.Status, p.StripeID, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return l.adjustmentRecordTx(ctx, tx, &disputeKind, p)
 }
 
 // DisputeGet returns a dispute with its current status, or ErrNotFound.
