@@ -37,12 +37,7 @@ func handleChargeAction(logger *slog.Logger, act func(context.Context, ledger.Ch
 		Reason string `json:"reason"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := chargeID(r)
-		if err != nil {
-			writeError(logger, w, r, err)
-			return
-		}
-		req, err := decode[request](w, r, bodyLimitDefault)
+		id, req, err := chargeActionRequest[request](w, r)
 		if err != nil {
 			writeError(logger, w, r, err)
 			return
@@ -54,6 +49,19 @@ func handleChargeAction(logger *slog.Logger, act func(context.Context, ledger.Ch
 		}
 		encode(w, http.StatusOK, newChargeResponse(c))
 	})
+}
+
+// chargeActionRequest reads the request of an operator action on a charge:
+// the charge {id}, then the body decoded as a T (decode, at most
+// bodyLimitDefault bytes). It returns the first error, for writeError.
+func chargeActionRequest[T any](w http.ResponseWriter, r *http.Request) (int64, T, error) {
+	id, err := chargeID(r)
+	if err != nil {
+		var zero T
+		return 0, zero, err
+	}
+	req, err := decode[T](w, r, bodyLimitDefault)
+	return id, req, err
 }
 
 // handleChargeResolve requests the resolve of a charge held for a double
@@ -74,12 +82,7 @@ func handleChargeResolve(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		Note              string         `json:"note"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := chargeID(r)
-		if err != nil {
-			writeError(logger, w, r, err)
-			return
-		}
-		req, err := decode[request](w, r, bodyLimitDefault)
+		id, req, err := chargeActionRequest[request](w, r)
 		if err != nil {
 			writeError(logger, w, r, err)
 			return

@@ -3,7 +3,6 @@ package chaos
 import (
 	"fmt"
 	"io"
-	"sort"
 	"time"
 )
 
@@ -131,29 +130,8 @@ func (r *FailoverReport) Write(w io.Writer) {
 		fmt.Fprintf(w, "  e.g. %s\n", example)
 	}
 	fmt.Fprintf(w, "double charged            %d (customer/period with more than one succeeded PaymentIntent)\n", len(r.DoubleCharged))
-	for i, d := range r.DoubleCharged {
-		if i == 20 {
-			fmt.Fprintf(w, "  … %d more\n", len(r.DoubleCharged)-20)
-			break
-		}
-		fmt.Fprintf(w, "  - %s\n", d)
-	}
+	writeList(w, r.DoubleCharged, 20)
 	fmt.Fprintf(w, "violations                %d (expected 0)\n", len(r.Violations))
-	for i, v := range r.Violations {
-		if i == 50 {
-			fmt.Fprintf(w, "  … %d more\n", len(r.Violations)-50)
-			break
-		}
-		fmt.Fprintf(w, "  - %s\n", v)
-	}
+	writeList(w, r.Violations, 50)
 	fmt.Fprintf(w, "%s\n", r.Line())
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -61,36 +61,51 @@ func (c *cluster) command(ctx context.Context, name string, args ...string) *exe
 
 // startCluster initialises and starts a cluster under workDir on a free port.
 func startCluster(ctx context.Context, workDir string) (*cluster, error) {
+	c, err := initCluster(ctx, workDir, "pg", `
+max_connections = 400
+shared_buffers = 128MB
+synchronous_commit = off
+full_page_writes = off
+`)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.pgctl(ctx, "start")
+}
+
+// initCluster initialises a cluster (initdb, trust authentication, superuser
+// postgres) with the newest Postgres binaries in workDir/dir, on a free port,
+// and configures it with what every cluster of a run shares, then conf, its
+// own settings: it listens on 127.0.0.1 and on a socket in its data
+// directory, does not fsync (no host crash is simulated, only process
+// deaths), and logs warnings and worse. The caller starts it.
+func initCluster(ctx context.Context, workDir, dir, conf string) (*cluster, error) {
 	binDir, err := pgBinDir()
 	if err != nil {
 		return nil, err
 	}
 	port, err := proc.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("error finding a port: %w", err)
 	}
-	c := &cluster{binDir: binDir, dataDir: filepath.Join(workDir, "pg"), port: port}
+	c := &cluster{binDir: binDir, dataDir: filepath.Join(workDir, dir), port: port}
 	if err := c.prepareDataDir(workDir); err != nil {
 		return nil, err
 	}
 	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	conf := fmt.Sprintf(`
+	shared := fmt.Sprintf(`
 listen_addresses = '127.0.0.1'
 port = %d
 unix_socket_directories = '%s'
-max_connections = 400
-shared_buffers = 128MB
 fsync = off
-synchronous_commit = off
-full_page_writes = off
 log_min_messages = warning
 `, c.port, c.dataDir)
-	if err := c.appendConf(conf); err != nil {
+	if err := c.appendConf(shared + conf); err != nil {
 		return nil, err
 	}
-	return c, c.pgctl(ctx, "start")
+	return c, nil
 }
 
 // prepareDataDir creates the cluster's (empty) data directory. As root it

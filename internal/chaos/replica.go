@@ -26,43 +26,22 @@ const replicationTimeout = 60 * time.Second
 // (synchronous_commit on) but for no standby; syncReplicationOn changes
 // that. Its log goes to logDir/postgres-primary.log.
 func startPrimary(ctx context.Context, workDir, logDir string) (*cluster, error) {
-	binDir, err := pgBinDir()
-	if err != nil {
-		return nil, err
-	}
-	port, err := proc.FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("error finding a port for the primary: %w", err)
-	}
-	c := &cluster{binDir: binDir, dataDir: filepath.Join(workDir, "pg-primary"), port: port}
-	if err := c.prepareDataDir(workDir); err != nil {
-		return nil, err
-	}
-	if c.logPath, err = clusterLog(logDir, "postgres-primary.log"); err != nil {
-		return nil, err
-	}
-	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("error initialising the primary: initdb: %w: %s", err, out)
-	}
-	// fsync stays off (no host crash is simulated, only process deaths);
-	// the WAL is still written before a commit returns, and only written
-	// WAL is streamed.
-	conf := fmt.Sprintf(`
-listen_addresses = '127.0.0.1'
-port = %d
-unix_socket_directories = '%s'
+	// fsync stays off (initCluster); the WAL is still written before a
+	// commit returns, and only written WAL is streamed.
+	c, err := initCluster(ctx, workDir, "pg-primary", `
 max_connections = 200
 shared_buffers = 32MB
-fsync = off
 synchronous_commit = on
 wal_level = replica
 max_wal_senders = 10
 max_replication_slots = 10
 wal_keep_size = 256MB
 wal_sender_timeout = 60s
-log_min_messages = warning
-`, c.port, c.dataDir)
-	if err := c.appendConf(conf); err != nil {
+`)
+	if err != nil {
+		return nil, fmt.Errorf("error initialising the primary: %w", err)
+	}
+	if c.logPath, err = clusterLog(logDir, "postgres-primary.log"); err != nil {
 		return nil, err
 	}
 	if err := c.pgctl(ctx, "start"); err != nil {

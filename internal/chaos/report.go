@@ -53,28 +53,41 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "charges by status    %s\n", formatCounts(r.Charges))
 	fmt.Fprintf(w, "payment intents      %d\n", r.PaymentIntents)
 	fmt.Fprintf(w, "violations           %d (expected 0)\n", len(r.Violations))
-	for i, v := range r.Violations {
-		if i == 50 {
-			fmt.Fprintf(w, "  … %d more\n", len(r.Violations)-50)
-			break
-		}
-		fmt.Fprintf(w, "  - %s\n", v)
-	}
+	writeList(w, r.Violations, 50)
 	fmt.Fprintf(w, "%s\n", r.Line())
 }
 
+// writeList prints the first most items one a line ("  - item"), then how
+// many it left out, if any.
+func writeList(w io.Writer, items []string, most int) {
+	for i, item := range items {
+		if i == most {
+			fmt.Fprintf(w, "  … %d more\n", len(items)-most)
+			break
+		}
+		fmt.Fprintf(w, "  - %s\n", item)
+	}
+}
+
+// formatCounts formats m as key=count pairs in key order, "-" when empty.
 func formatCounts(m map[string]int) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := sortedKeys(m)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s=%d", strings.TrimSpace(k), m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -43,13 +43,78 @@ func (p *ChargeAdjustmentParams) observedAt() time.Time {
 	return p.EventCreatedAt
 }
 
-// adjustmentChargeTx returns the charge a refund or dispute adjusts: the one
-// recorded with it when it is known already (existingSQL, which selects the
-// charge_id of the object $1), else the charge paid by its Stripe charge or
-// PaymentIntent. It returns ErrNotFound when neither is Tally's.
-func adjustmentChargeTx(ctx context.Context, tx pgx.Tx, existingSQL string, p ChargeAdjustmentParams) (int64, error) {
+// adjustmentKind says where one kind of charge adjustment (refunds,
+// disputes) is recorded: the object itself in table, once per Stripe id
+// (idColumn; that row never changes), and each status it shows with
+// statusSQL, once per object and event.
+type adjustmentKind struct {
+	noun     string // names the kind in errors: "refund"
+	table    string // billing.refunds
+	idColumn string // stripe_refund_id
+
+	// eventIDRequired says that table's stripe_event_id is NOT NULL, so
+	// the object row keeps EventID as it is; otherwise an empty EventID
+	// (Tally's own API call) is stored as NULL.
+	eventIDRequired bool
+
+	// statusSQL inserts a status row unless the object has one of that
+	// event already: $1 the Stripe id, $2 the status, $3 and $4 the event's
+	// id and type (NULL when empty), $5 when Stripe saw the status, $6 when
+	// Tally recorded it, then from $7 statusArgs(p), the kind's own columns.
+	statusSQL  string
+	statusArgs func(p *ChargeAdjustmentParams) []any
+}
+
+// adjustmentRecordTx records what p shows of an adjustment of kind k in tx:
+// the object the first time, adjusting the charge recorded with it when it
+// is known already, else the charge paid by its Stripe charge or
+// PaymentIntent (ErrNotFound when neither is Tally's); then its status. It
+// reports whether the status row is new.
+func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, p ChargeAdjustmentParams) (bool, error) {
+	chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
+	if err != nil {
+		return false, err
+	}
+	return l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
+}
+
+// adjustmentRecordChargeTx records what p shows of an adjustment of kind k
+// of charge chargeID in tx: the object unless it is known (once per Stripe
+// id), and the status p shows, if any (once per object and event). It
+// reports whether the status row is new.
+func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+	now := l.now()
+	var eventID any = nullString(p.EventID)
+	if k.eventIDRequired {
+		eventID = p.EventID
+	}
+	if _, err := tx.Exec(ctx, `
+INSERT INTO `+k.table+` (`+k.idColumn+`, charge_id, stripe_charge_id, stripe_payment_intent_id,
+       amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (`+k.idColumn+`) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, eventID); err != nil {
+		return false, fmt.Errorf("error recording %s %s: %w", k.noun, p.StripeID, err)
+	}
+	if p.Status == "" {
+		return false, nil
+	}
+	args := append([]any{p.StripeID, p.Status, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now},
+		k.statusArgs(&p)...)
+	tag, err := tx.Exec(ctx, k.statusSQL, args...)
+	if err != nil {
+		return false, fmt.Errorf("error recording status %s of %s %s: %w", p.Status, k.noun, p.StripeID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// adjustmentChargeTx returns the charge an adjustment of kind k adjusts: the
+// one recorded with it when it is known already, else the charge paid by its
+// Stripe charge or PaymentIntent. It returns ErrNotFound when neither is
+// Tally's.
+func adjustmentChargeTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, p ChargeAdjustmentParams) (int64, error) {
 	var id *int64
-	err := tx.QueryRow(ctx, existingSQL, p.StripeID).Scan(&id)
+	err := tx.QueryRow(ctx, `SELECT charge_id FROM `+k.table+` WHERE `+k.idColumn+` = $1`, p.StripeID).Scan(&id)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("error reading %s: %w", p.StripeID, err)
 	}

@@ -76,19 +76,29 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 	return id, nil
 }
 
+// operatorActionColumns are the columns of billing.operator_actions that
+// scanOperatorAction reads, in its order.
+const operatorActionColumns = `id, action, charge_id, actor, reason, status_before, status_after, detail, created_at`
+
+// scanOperatorAction reads an OperatorAction from a row of
+// operatorActionColumns.
+func scanOperatorAction(row pgx.Row) (*OperatorAction, error) {
+	var a OperatorAction
+	err := row.Scan(&a.ID, &a.Action, &a.ChargeID, &a.Actor, &a.Reason, &a.StatusBefore, &a.StatusAfter, &a.Detail, &a.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
 // ChargeActions returns the operator actions on a charge, oldest first.
 func (l *Ledger) ChargeActions(ctx context.Context, chargeID int64) ([]*OperatorAction, error) {
-	rows, err := l.pool.Query(ctx, `
-SELECT id, action, charge_id, actor, reason, status_before, status_after, detail, created_at
+	rows, err := l.pool.Query(ctx, `SELECT `+operatorActionColumns+`
 FROM billing.operator_actions WHERE charge_id = $1 ORDER BY id`, chargeID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading actions of charge %d: %w", chargeID, err)
 	}
-	actions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*OperatorAction, error) {
-		var a OperatorAction
-		err := r.Scan(&a.ID, &a.Action, &a.ChargeID, &a.Actor, &a.Reason, &a.StatusBefore, &a.StatusAfter, &a.Detail, &a.CreatedAt)
-		return &a, err
-	})
+	actions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*OperatorAction, error) { return scanOperatorAction(r) })
 	if err != nil {
 		return nil, fmt.Errorf("error reading actions of charge %d: %w", chargeID, err)
 	}

@@ -79,6 +79,24 @@ type ChargeAttempt struct {
 	ErrorMessage          *string
 }
 
+// chargeAttemptColumns are the columns of billing.charge_attempts that
+// scanChargeAttempt reads, in its order.
+const chargeAttemptColumns = `id, attempt, key_generation, idempotency_key, lease_owner, river_job_id,
+       river_attempt, started_at, finished_at, outcome, http_status, stripe_request_id,
+       stripe_payment_intent_id, error_type, error_code, error_message`
+
+// scanChargeAttempt reads a ChargeAttempt from a row of chargeAttemptColumns.
+func scanChargeAttempt(row pgx.Row) (*ChargeAttempt, error) {
+	var a ChargeAttempt
+	err := row.Scan(&a.ID, &a.Attempt, &a.KeyGeneration, &a.IdempotencyKey, &a.LeaseOwner, &a.RiverJobID,
+		&a.RiverAttempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.HTTPStatus, &a.StripeRequestID,
+		&a.StripePaymentIntentID, &a.ErrorType, &a.ErrorCode, &a.ErrorMessage)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
 // ChargeTransition is one status change of a charge and who made it.
 type ChargeTransition struct {
 	FromStatus *string
@@ -88,38 +106,38 @@ type ChargeTransition struct {
 	CreatedAt  time.Time
 }
 
+// chargeTransitionColumns are the columns of billing.charge_transitions that
+// scanChargeTransition reads, in its order.
+const chargeTransitionColumns = `from_status, to_status, actor, reason, created_at`
+
+// scanChargeTransition reads a ChargeTransition from a row of
+// chargeTransitionColumns.
+func scanChargeTransition(row pgx.Row) (*ChargeTransition, error) {
+	var t ChargeTransition
+	if err := row.Scan(&t.FromStatus, &t.ToStatus, &t.Actor, &t.Reason, &t.CreatedAt); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // ChargeHistory returns a charge's Stripe calls and status changes, oldest
 // first.
 func (l *Ledger) ChargeHistory(ctx context.Context, chargeID int64) ([]*ChargeAttempt, []*ChargeTransition, error) {
-	rows, err := l.pool.Query(ctx, `
-SELECT id, attempt, key_generation, idempotency_key, lease_owner, river_job_id, river_attempt, started_at,
-       finished_at, outcome, http_status, stripe_request_id, stripe_payment_intent_id, error_type,
-       error_code, error_message
+	rows, err := l.pool.Query(ctx, `SELECT `+chargeAttemptColumns+`
 FROM billing.charge_attempts WHERE charge_id = $1 ORDER BY id`, chargeID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading attempts of charge %d: %w", chargeID, err)
 	}
-	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ChargeAttempt, error) {
-		var a ChargeAttempt
-		err := r.Scan(&a.ID, &a.Attempt, &a.KeyGeneration, &a.IdempotencyKey, &a.LeaseOwner, &a.RiverJobID,
-			&a.RiverAttempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.HTTPStatus, &a.StripeRequestID,
-			&a.StripePaymentIntentID, &a.ErrorType, &a.ErrorCode, &a.ErrorMessage)
-		return &a, err
-	})
+	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ChargeAttempt, error) { return scanChargeAttempt(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading attempts of charge %d: %w", chargeID, err)
 	}
-	rows, err = l.pool.Query(ctx, `
-SELECT from_status, to_status, actor, reason, created_at
+	rows, err = l.pool.Query(ctx, `SELECT `+chargeTransitionColumns+`
 FROM billing.charge_transitions WHERE charge_id = $1 ORDER BY id`, chargeID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading transitions of charge %d: %w", chargeID, err)
 	}
-	transitions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ChargeTransition, error) {
-		var t ChargeTransition
-		err := r.Scan(&t.FromStatus, &t.ToStatus, &t.Actor, &t.Reason, &t.CreatedAt)
-		return &t, err
-	})
+	transitions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ChargeTransition, error) { return scanChargeTransition(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading transitions of charge %d: %w", chargeID, err)
 	}

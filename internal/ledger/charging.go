@@ -68,21 +68,18 @@ func (l *Ledger) chargingGetTx(ctx context.Context, tx pgx.Tx) (*ChargingStatus,
 		return nil, fmt.Errorf("error reading the kill switch: %w", err)
 	}
 	st := &ChargingStatus{Paused: pausedAt != nil, Since: pausedAt}
-	var action string
-	var at time.Time
-	var by, reason string
-	err = tx.QueryRow(ctx, `
-SELECT action, actor, reason, created_at FROM billing.operator_actions
-WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`).Scan(&action, &by, &reason, &at)
+	last, err := scanOperatorAction(tx.QueryRow(ctx, `SELECT `+operatorActionColumns+`
+FROM billing.operator_actions
+WHERE action IN ('charging_pause', 'charging_resume') ORDER BY id DESC LIMIT 1`))
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading the last pause or resume: %w", err)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-	case st.Paused && action == ActionChargingPause:
-		st.By, st.Reason = by, reason
-	case !st.Paused && action == ActionChargingResume:
-		st.By, st.Reason, st.Since = by, reason, &at
+	case st.Paused && last.Action == ActionChargingPause:
+		st.By, st.Reason = last.Actor, last.Reason
+	case !st.Paused && last.Action == ActionChargingResume:
+		st.By, st.Reason, st.Since = last.Actor, last.Reason, &last.CreatedAt
 	case st.Paused:
 		st.By = "outside Tally (River's queue was paused directly)"
 	}

@@ -41,6 +41,38 @@ type Dispute struct {
 	FundsReinstatedAt *time.Time
 }
 
+// disputeColumns are the columns of billing.disputes_current that
+// scanDispute reads, in its order.
+const disputeColumns = `stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
+       currency, reason, stripe_created_at, status, evidence_due_by, status_event_id, status_event_type,
+       status_observed_at, funds_withdrawn_at, funds_reinstated_at`
+
+// scanDispute reads a Dispute from a row of disputeColumns.
+func scanDispute(row pgx.Row) (*Dispute, error) {
+	var d Dispute
+	err := row.Scan(&d.StripeDisputeID, &d.ChargeID, &d.StripeChargeID, &d.StripePaymentIntentID, &d.AmountCents,
+		&d.Currency, &d.Reason, &d.StripeCreatedAt, &d.Status, &d.EvidenceDueBy, &d.StatusEventID,
+		&d.StatusEventType, &d.StatusObservedAt, &d.FundsWithdrawnAt, &d.FundsReinstatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// disputeKind records disputes in billing.disputes (whose stripe_event_id is
+// NOT NULL: a dispute is only ever seen in an event) and their statuses in
+// billing.dispute_events, with the disputed amount and when Stripe needs the
+// evidence.
+var disputeKind = adjustmentKind{
+	noun: "dispute", table: "billing.disputes", idColumn: "stripe_dispute_id", eventIDRequired: true,
+	statusSQL: `
+INSERT INTO billing.dispute_events (stripe_dispute_id, status, stripe_event_id, stripe_event_type, observed_at,
+                                    recorded_at, amount_cents, evidence_due_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
+	statusArgs: func(p *ChargeAdjustmentParams) []any { return []any{p.AmountCents, p.EvidenceDueBy} },
+}
+
 // DisputeRecordTx records what a Stripe event shows of a dispute of one of
 // Tally's charges, in tx: the dispute itself in billing.disputes the first
 // time (once per Stripe dispute id; that row never changes) and the status
@@ -48,50 +80,18 @@ type Dispute struct {
 // reports whether that status row is new. It returns ErrNotFound when the
 // disputed charge is not Tally's.
 func (l *Ledger) DisputeRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
-	chargeID, err := adjustmentChargeTx(ctx, tx, `SELECT charge_id FROM billing.disputes WHERE stripe_dispute_id = $1`, p)
-	if err != nil {
-		return false, err
-	}
-	now := l.now()
-	if _, err := tx.Exec(ctx, `
-INSERT INTO billing.disputes (stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
-                              amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (stripe_dispute_id) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, p.EventID); err != nil {
-		return false, fmt.Errorf("error recording dispute %s: %w", p.StripeID, err)
-	}
-	if p.Status == "" {
-		return false, nil
-	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO billing.dispute_events (stripe_dispute_id, status, amount_cents, evidence_due_by, stripe_event_id,
-                                    stripe_event_type, observed_at, recorded_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.StripeID, p.Status, p.AmountCents,
-		p.EvidenceDueBy, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now)
-	if err != nil {
-		return false, fmt.Errorf("error recording status %s of dispute %s: %w", p.Status, p.StripeID, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return l.adjustmentRecordTx(ctx, tx, &disputeKind, p)
 }
 
 // DisputeGet returns a dispute with its current status, or ErrNotFound.
 func (l *Ledger) DisputeGet(ctx context.Context, stripeDisputeID string) (*Dispute, error) {
-	var d Dispute
-	err := l.pool.QueryRow(ctx, `
-SELECT stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents, currency, reason,
-       stripe_created_at, status, evidence_due_by, status_event_id, status_event_type, status_observed_at,
-       funds_withdrawn_at, funds_reinstated_at
-FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID).Scan(&d.StripeDisputeID, &d.ChargeID,
-		&d.StripeChargeID, &d.StripePaymentIntentID, &d.AmountCents, &d.Currency, &d.Reason, &d.StripeCreatedAt,
-		&d.Status, &d.EvidenceDueBy, &d.StatusEventID, &d.StatusEventType, &d.StatusObservedAt,
-		&d.FundsWithdrawnAt, &d.FundsReinstatedAt)
+	d, err := scanDispute(l.pool.QueryRow(ctx, `SELECT `+disputeColumns+`
+FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("dispute %s", stripeDisputeID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading dispute %s: %w", stripeDisputeID, err)
 	}
-	return &d, nil
+	return d, nil
 }

@@ -32,6 +32,36 @@ type Refund struct {
 	StatusObservedAt *time.Time
 }
 
+// refundColumns are the columns of billing.refunds_current that scanRefund
+// reads, in its order.
+const refundColumns = `stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
+       currency, reason, stripe_created_at, status, failure_reason, status_event_id, status_event_type,
+       status_observed_at`
+
+// scanRefund reads a Refund from a row of refundColumns.
+func scanRefund(row pgx.Row) (*Refund, error) {
+	var r Refund
+	err := row.Scan(&r.StripeRefundID, &r.ChargeID, &r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents,
+		&r.Currency, &r.Reason, &r.StripeCreatedAt, &r.Status, &r.FailureReason, &r.StatusEventID,
+		&r.StatusEventType, &r.StatusObservedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// refundKind records refunds in billing.refunds and their statuses in
+// billing.refund_events, with a failed refund's failure_reason.
+var refundKind = adjustmentKind{
+	noun: "refund", table: "billing.refunds", idColumn: "stripe_refund_id",
+	statusSQL: `
+INSERT INTO billing.refund_events (stripe_refund_id, status, stripe_event_id, stripe_event_type, observed_at,
+                                   recorded_at, failure_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
+	statusArgs: func(p *ChargeAdjustmentParams) []any { return []any{nullString(p.FailureReason)} },
+}
+
 // RefundRecordTx records what a Stripe event shows of a refund of one of
 // Tally's charges, in tx: the refund itself in billing.refunds the first
 // time (once per Stripe refund id; that row never changes) and the status it
@@ -41,11 +71,7 @@ type Refund struct {
 // paid by its Stripe charge or PaymentIntent; it returns ErrNotFound when
 // neither is Tally's.
 func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
-	chargeID, err := adjustmentChargeTx(ctx, tx, `SELECT charge_id FROM billing.refunds WHERE stripe_refund_id = $1`, p)
-	if err != nil {
-		return false, err
-	}
-	return l.refundRecordTx(ctx, tx, chargeID, p)
+	return l.adjustmentRecordTx(ctx, tx, &refundKind, p)
 }
 
 // RefundRecordResolve records a refund that an operator's resolve of charge
@@ -58,7 +84,7 @@ func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p Char
 	var created bool
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		created, err = l.refundRecordTx(ctx, tx, chargeID, p)
+		created, err = l.adjustmentRecordChargeTx(ctx, tx, &refundKind, chargeID, p)
 		return err
 	})
 	if err != nil {
@@ -67,46 +93,15 @@ func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p Char
 	return created, nil
 }
 
-// refundRecordTx appends the refund unless known, and its status.
-func (l *Ledger) refundRecordTx(ctx context.Context, tx pgx.Tx, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
-	now := l.now()
-	if _, err := tx.Exec(ctx, `
-INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id,
-                             amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (stripe_refund_id) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, nullString(p.EventID)); err != nil {
-		return false, fmt.Errorf("error recording refund %s: %w", p.StripeID, err)
-	}
-	if p.Status == "" {
-		return false, nil
-	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO billing.refund_events (stripe_refund_id, status, failure_reason, stripe_event_id, stripe_event_type,
-                                   observed_at, recorded_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`, p.StripeID, p.Status, nullString(p.FailureReason),
-		nullString(p.EventID), nullString(p.EventType), p.observedAt(), now)
-	if err != nil {
-		return false, fmt.Errorf("error recording status %s of refund %s: %w", p.Status, p.StripeID, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
 // RefundGet returns a refund with its current status, or ErrNotFound.
 func (l *Ledger) RefundGet(ctx context.Context, stripeRefundID string) (*Refund, error) {
-	var r Refund
-	err := l.pool.QueryRow(ctx, `
-SELECT stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents, currency, reason,
-       stripe_created_at, status, failure_reason, status_event_id, status_event_type, status_observed_at
-FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID).Scan(&r.StripeRefundID, &r.ChargeID,
-		&r.StripeChargeID, &r.StripePaymentIntentID, &r.AmountCents, &r.Currency, &r.Reason, &r.StripeCreatedAt,
-		&r.Status, &r.FailureReason, &r.StatusEventID, &r.StatusEventType, &r.StatusObservedAt)
+	r, err := scanRefund(l.pool.QueryRow(ctx, `SELECT `+refundColumns+`
+FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("refund %s", stripeRefundID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading refund %s: %w", stripeRefundID, err)
 	}
-	return &r, nil
+	return r, nil
 }

@@ -37,6 +37,22 @@ type StripeEvent struct {
 	JobID       *int64
 }
 
+// stripeEventColumns are the columns of billing.stripe_events that
+// scanStripeEvent reads, in its order.
+const stripeEventColumns = `id, type, payload, livemode, created_at, received_at, status, attempts, last_error,
+       processed_at, job_id`
+
+// scanStripeEvent reads a StripeEvent from a row of stripeEventColumns.
+func scanStripeEvent(row pgx.Row) (*StripeEvent, error) {
+	var ev StripeEvent
+	err := row.Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode, &ev.CreatedAt, &ev.ReceivedAt, &ev.Status,
+		&ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
+	if err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
 // StripeEventParams are the fields of StripeEventRecord.
 type StripeEventParams struct {
 	ID        string
@@ -89,11 +105,8 @@ type StripeEventHandler func(ctx context.Context, tx pgx.Tx, ev *StripeEvent) (s
 // counted, and the error is returned so River retries.
 func (l *Ledger) StripeEventHandle(ctx context.Context, eventID string, handle StripeEventHandler) error {
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		var ev StripeEvent
-		err := tx.QueryRow(ctx, `
-SELECT id, type, payload, livemode, created_at, received_at, status, attempts, last_error, processed_at, job_id
-FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
-			&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
+		ev, err := scanStripeEvent(tx.QueryRow(ctx, `SELECT `+stripeEventColumns+`
+FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("stripe event %s", eventID)
 		}
@@ -103,7 +116,7 @@ FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID).Scan(&ev.ID, &ev.
 		if ev.Status == StripeEventProcessed || ev.Status == StripeEventIgnored {
 			return nil
 		}
-		status, note, err := handle(ctx, tx, &ev)
+		status, note, err := handle(ctx, tx, ev)
 		if err != nil {
 			return &handlerError{err}
 		}
@@ -138,18 +151,15 @@ func (e *handlerError) Unwrap() error { return e.err }
 
 // StripeEventGet returns a stored event, or ErrNotFound.
 func (l *Ledger) StripeEventGet(ctx context.Context, id string) (*StripeEvent, error) {
-	var ev StripeEvent
-	err := l.pool.QueryRow(ctx, `
-SELECT id, type, payload, livemode, created_at, received_at, status, attempts, last_error, processed_at, job_id
-FROM billing.stripe_events WHERE id = $1`, id).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.Livemode,
-		&ev.CreatedAt, &ev.ReceivedAt, &ev.Status, &ev.Attempts, &ev.LastError, &ev.ProcessedAt, &ev.JobID)
+	ev, err := scanStripeEvent(l.pool.QueryRow(ctx, `SELECT `+stripeEventColumns+`
+FROM billing.stripe_events WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("stripe event %s", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading stripe event %s: %w", id, err)
 	}
-	return &ev, nil
+	return ev, nil
 }
 
 // StripeEventDeleteProcessed deletes processed and ignored events received

@@ -131,6 +131,22 @@ type unfinishedEvent struct {
 	alertedAt *time.Time
 }
 
+// unfinishedEventColumns are the columns of billing.stripe_events that
+// scanUnfinishedEvent reads, in its order: stripeEventColumns without the
+// payload (the sweep pages through many events and reads no payload), and
+// when the event was last reported stuck.
+const unfinishedEventColumns = `id, type, livemode, created_at, received_at, status, attempts, last_error,
+       processed_at, job_id, stuck_alerted_at`
+
+// scanUnfinishedEvent reads an unfinishedEvent from a row of
+// unfinishedEventColumns; its event has no Payload.
+func scanUnfinishedEvent(row pgx.Row) (unfinishedEvent, error) {
+	var u unfinishedEvent
+	err := row.Scan(&u.ev.ID, &u.ev.Type, &u.ev.Livemode, &u.ev.CreatedAt, &u.ev.ReceivedAt, &u.ev.Status,
+		&u.ev.Attempts, &u.ev.LastError, &u.ev.ProcessedAt, &u.ev.JobID, &u.alertedAt)
+	return u, err
+}
+
 // unfinishedEventsTx returns the next page of events still received or
 // failed that were received before receivedBefore, after cursor (nil: from
 // the start), locked FOR NO KEY UPDATE; an event being processed now (locked
@@ -140,8 +156,7 @@ func unfinishedEventsTx(ctx context.Context, tx pgx.Tx, receivedBefore time.Time
 	if cursor != nil {
 		c = *cursor
 	}
-	rows, err := tx.Query(ctx, `
-SELECT id, type, livemode, created_at, received_at, status, attempts, last_error, processed_at, job_id, stuck_alerted_at
+	rows, err := tx.Query(ctx, `SELECT `+unfinishedEventColumns+`
 FROM billing.stripe_events
 WHERE status IN ('received', 'failed') AND received_at < $1
   AND ($2 OR (received_at, id) > ($3, $4))
@@ -151,12 +166,7 @@ FOR NO KEY UPDATE SKIP LOCKED`, receivedBefore, cursor == nil, c.ev.ReceivedAt, 
 	if err != nil {
 		return nil, fmt.Errorf("error listing unfinished stripe events: %w", err)
 	}
-	page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (unfinishedEvent, error) {
-		var u unfinishedEvent
-		err := r.Scan(&u.ev.ID, &u.ev.Type, &u.ev.Livemode, &u.ev.CreatedAt, &u.ev.ReceivedAt, &u.ev.Status,
-			&u.ev.Attempts, &u.ev.LastError, &u.ev.ProcessedAt, &u.ev.JobID, &u.alertedAt)
-		return u, err
-	})
+	page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (unfinishedEvent, error) { return scanUnfinishedEvent(r) })
 	if err != nil {
 		return nil, fmt.Errorf("error listing unfinished stripe events: %w", err)
 	}
