@@ -107,6 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := worker.Start(ctx); err != nil {
 			return fmt.Errorf("error starting river workers: %w", err)
 		}
+		go jobs.QueueStatsKeep(ctx, queuePool, logger)
 		logger.InfoContext(ctx, "workers started", slog.Int("concurrency", cfg.Workers))
 	}
 

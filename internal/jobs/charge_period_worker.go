@@ -95,8 +95,8 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	r := w.newRun(job)
 	for _, s := range []func(context.Context) step{
 		r.close,         // 1a. close the period; find or create its charge
-		r.paymentMethod, // 1b. snapshot the Stripe customer's default payment method
-		r.claim,         // 2.  claim the lease, committed before any money moves
+		r.paymentMethod, // 1b. look up the Stripe customer's default payment method, if need be
+		r.claim,         // 2.  claim the lease (and snapshot the payment method), committed before any money moves
 		r.decideKey,     // 3.  look for the charge on Stripe unless its key is proven fresh
 		r.call,          // 4.  create the PaymentIntent with the charge's idempotency key
 		r.record,        // 5.  record the outcome; complete the job in the same transaction
@@ -129,10 +129,11 @@ type chargeRun struct {
 	actor  string
 	logger *slog.Logger
 
-	charge   *ledger.Charge // step 1
-	lease    *ledger.Claim  // step 2, readied for the call by step 3
-	leasedAt time.Time      // step 2, on the monotonic clock: how long the run has held the lease
-	outcome  ledger.Outcome // step 4
+	charge          *ledger.Charge // step 1a
+	paymentMethodID string         // step 1b: the Stripe customer's default, for the claim to snapshot
+	lease           *ledger.Claim  // step 2, readied for the call by step 3
+	leasedAt        time.Time      // step 2, on the monotonic clock: how long the run has held the lease
+	outcome         ledger.Outcome // step 4
 }
 
 func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
@@ -158,10 +159,11 @@ func (r *chargeRun) close(ctx context.Context) step {
 	return goOn
 }
 
-// paymentMethod is step 1b: a charge whose customer has no payment method
-// registered takes the Stripe customer's default one, once, before its first
-// attempt (ledger.ChargeSetPaymentMethod). With no default either, the charge
-// goes on without one and Stripe's answer fails it.
+// paymentMethod is step 1b: for a charge whose customer has no payment
+// method registered and that was never attempted, look up the Stripe
+// customer's default one; the claim snapshots it on the charge
+// (ledger.ChargeClaimParams.PaymentMethodID). With no default either, the
+// charge goes on without one and Stripe's answer fails it.
 func (r *chargeRun) paymentMethod(ctx context.Context) step {
 	c := r.charge
 	if c.StripePaymentMethodID != nil || c.FirstAttemptedAt != nil {
@@ -174,11 +176,8 @@ func (r *chargeRun) paymentMethod(ctx context.Context) step {
 		}
 		return endRun(fmt.Errorf("error looking up default payment method of %s: %w", c.StripeCustomerID, err))
 	}
-	if cust.InvoiceSettings == nil || cust.InvoiceSettings.DefaultPaymentMethod == nil || cust.InvoiceSettings.DefaultPaymentMethod.ID == "" {
-		return goOn
-	}
-	if r.charge, err = r.w.ledger.ChargeSetPaymentMethod(ctx, c.ID, cust.InvoiceSettings.DefaultPaymentMethod.ID); err != nil {
-		return endRun(err)
+	if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
+		r.paymentMethodID = s.DefaultPaymentMethod.ID
 	}
 	return goOn
 }
@@ -190,6 +189,7 @@ func (r *chargeRun) paymentMethod(ctx context.Context) step {
 func (r *chargeRun) claim(ctx context.Context) step {
 	lease, err := r.w.ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{
 		ChargeID: r.charge.ID, Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
+		PaymentMethodID: r.paymentMethodID,
 	})
 	var held *ledger.LeaseHeldError
 	switch {

@@ -12,6 +12,9 @@
 //   - sweep (sweep.go): the periodic look for lost charge jobs and stuck
 //     events.
 //
+// Beside them, QueueStatsKeep (queue_stats.go) keeps river_job's planner
+// statistics current, so River's scheduling stays cheap at a mass close.
+//
 // Workers call internal/ledger for every step and Stripe through the small
 // Stripe interface (stripe.go; internal/stripeapi implements it); the ledger
 // never imports this package.

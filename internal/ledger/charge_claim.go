@@ -37,6 +37,13 @@ type ChargeClaimParams struct {
 	// JobID and JobAttempt identify the River job run, for the attempt log.
 	JobID      int64
 	JobAttempt int
+
+	// PaymentMethodID, when set, is the Stripe customer's default payment
+	// method, looked up by the caller for a charge created without one (its
+	// customer had none registered). The claim snapshots it on the charge
+	// when the charge still has none and Stripe was never called for it, so
+	// every attempt sends the same parameters.
+	PaymentMethodID string
 }
 
 // Claim is a claimed charge. Unless Lookup is set, AttemptID is the attempt
@@ -67,7 +74,8 @@ type Claim struct {
 
 // ChargeClaim is step 2 of the money path. In one transaction it takes the
 // charge's lease if the charge is pending or unknown and the lease is free or
-// expired, counts the attempt and sets first_attempted_at once. When the
+// expired, counts the attempt, sets first_attempted_at once and snapshots the
+// payment method the caller looked up (ChargeClaimParams.PaymentMethodID). When the
 // charge needs a look-up at Stripe first (see Claim.Lookup) it sets
 // Claim.Lookup and writes nothing more; otherwise it appends the attempt row
 // of the coming Stripe call. It commits before the caller calls Stripe.
@@ -117,16 +125,19 @@ func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, 
 				return err
 			}
 		}
-		// The lease, and the reservation of a charge that just passed its
-		// guards (one that had passed them before keeps its own).
+		// The lease, the reservation of a charge that just passed its guards
+		// (one that had passed them before keeps its own), and the payment
+		// method of a charge that has none and was never attempted.
 		c, err = scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
 SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true,
+    stripe_payment_method_id = CASE WHEN stripe_payment_method_id IS NULL AND first_attempted_at IS NULL
+                                    THEN $5 ELSE stripe_payment_method_id END,
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),
     last_attempted_at = $4, updated_at = $4
 WHERE id = $1
-RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now))
+RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(p.PaymentMethodID)))
 		if err != nil {
 			return fmt.Errorf("error taking lease: %w", err)
 		}

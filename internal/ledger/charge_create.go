@@ -63,25 +63,3 @@ RETURNING `+chargeColumns,
 	}
 	return charge, nil
 }
-
-// ChargeSetPaymentMethod snapshots the payment method of a charge that was
-// created without one (its customer had none registered), once and only
-// before its first attempt: a charge that has one, or that Stripe was already
-// called for, keeps what it has, so every attempt sends the same parameters.
-// It returns the charge as stored.
-func (l *Ledger) ChargeSetPaymentMethod(ctx context.Context, chargeID int64, paymentMethodID string) (*Charge, error) {
-	c, err := scanCharge(l.pool.QueryRow(ctx, `
-WITH updated AS (
-    UPDATE billing.charges SET stripe_payment_method_id = $2, updated_at = $3
-    WHERE id = $1 AND stripe_payment_method_id IS NULL AND first_attempted_at IS NULL
-    RETURNING `+chargeColumns+`
-)
-SELECT * FROM updated
-UNION ALL
-SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM updated)`,
-		chargeID, paymentMethodID, l.now()))
-	if err != nil {
-		return nil, fmt.Errorf("error setting payment method of charge %d: %w", chargeID, err)
-	}
-	return c, nil
-}

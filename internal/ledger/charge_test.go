@@ -162,13 +162,6 @@ func TestPeriodClose(t *testing.T) {
 		_, _, err = b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_other", Currency: "usd", StripePaymentMethodID: &pm})
 		require.NoError(t, err)
 		require.Equal(t, c, b.close(t, ctx))
-
-		// The payment method is snapshotted once.
-		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_first")
-		require.NoError(t, err)
-		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_second")
-		require.NoError(t, err)
-		require.Equal(t, "pm_first", *c.StripePaymentMethodID)
 	})
 }
 
@@ -277,6 +270,37 @@ func TestChargeClaim(t *testing.T) {
 			require.Equal(t, "a", held.Owner)
 			require.Greater(t, held.Left, 50*time.Second)
 		}
+	})
+
+	t.Run("SnapshotsPaymentMethodOnce", func(t *testing.T) {
+		t.Parallel()
+		withPaymentMethod := func(id int64, owner, pm string) ledger.ChargeClaimParams {
+			p := claimParams(id, owner)
+			p.PaymentMethodID = pm
+			return p
+		}
+
+		// The first claim snapshots the payment method its caller looked up;
+		// a later claim, once the charge was attempted, never changes it.
+		ctx, b, c := closedCharge(t)
+		require.Nil(t, c.StripePaymentMethodID)
+		claim, err := b.Ledger.ChargeClaim(ctx, withPaymentMethod(c.ID, "a", "pm_first"))
+		require.NoError(t, err)
+		require.Equal(t, "pm_first", *claim.Charge.StripePaymentMethodID)
+		require.NoError(t, b.Ledger.ChargeRelease(ctx, claim))
+		claim, err = b.Ledger.ChargeClaim(ctx, withPaymentMethod(c.ID, "b", "pm_second"))
+		require.NoError(t, err)
+		require.Equal(t, "pm_first", *claim.Charge.StripePaymentMethodID)
+
+		// A charge first claimed without one keeps none: every attempt sends
+		// the same parameters.
+		ctx, b, c = closedCharge(t)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		require.NoError(t, b.Ledger.ChargeRelease(ctx, claim))
+		claim, err = b.Ledger.ChargeClaim(ctx, withPaymentMethod(c.ID, "b", "pm_late"))
+		require.NoError(t, err)
+		require.Nil(t, claim.Charge.StripePaymentMethodID)
 	})
 }
 
@@ -439,11 +463,6 @@ func TestChargeLookup(t *testing.T) {
 		require.NotZero(t, next.AttemptID)
 		require.Equal(t, b.Clock.Now(), *next.Charge.GenerationFirstAttemptedAt, "a fresh window")
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'key generation 1:%'`, c.ID))
-
-		// The payment method is no longer snapshotted once Stripe was called.
-		c, err = b.Ledger.ChargeSetPaymentMethod(ctx, c.ID, "pm_late")
-		require.NoError(t, err)
-		require.Nil(t, c.StripePaymentMethodID)
 	})
 
 	t.Run("LostLeaseCannotProceed", func(t *testing.T) {

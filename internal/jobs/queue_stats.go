@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tally-billing/tally/internal/schema"
+)
+
+// River plans its queries for river_job as the table's statistics describe
+// it. On a table never analyzed since it filled up (a new database;
+// autovacuum off, or behind a burst), the planner takes the charge jobs due
+// at a close for a handful of rows, and River's scheduling query, which
+// checks every due job's unique key against every other (JobSchedule's
+// unique_conflicts), runs as a nested loop over them: measured here, 4,830 ms
+// and four million index scans to make 2,000 charge jobs available at once,
+// against 55 ms once the table was analyzed. QueueStatsKeep keeps the
+// statistics of river_job current the way autovacuum's analyze would, so a
+// mass close costs what the jobs cost.
+
+// QueueStatsEvery is how often QueueStatsKeep looks at river_job's
+// statistics: one read of Postgres's activity counters, in memory.
+const QueueStatsEvery = time.Second
+
+// The staleness rule of river_job's statistics. The first half is
+// autovacuum's analyze rule with its defaults: 50 rows plus 10% of the table
+// changed since the last analyze. Those counters reach Postgres's activity
+// statistics only when the writing sessions report them, up to 10 s after
+// an idle session's last write, so the second half looks at the table's
+// size on disk, which is current: grown by more than 8 pages plus 10% since
+// the statistics were taken (pg_class.relpages).
+const (
+	queueStatsThresholdRows  = 50
+	queueStatsThresholdShare = 0.1
+	queueStatsThresholdPages = 8
+)
+
+// QueueStatsKeep keeps river_job's statistics current until ctx ends: every
+// QueueStatsEvery it analyzes the table when it is stale (QueueStatsAnalyze).
+// Every worker replica runs it; an advisory lock makes one analyze at a
+// time, and the others then find the statistics fresh. It is a loop rather
+// than a periodic River job, which would add a job row every second.
+func QueueStatsKeep(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	t := time.NewTicker(QueueStatsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := QueueStatsAnalyze(ctx, pool, logger); err != nil && ctx.Err() == nil {
+			logger.WarnContext(ctx, "error keeping river_job's statistics", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// QueueStatsAnalyze analyzes river_job if enough of it changed since its
+// statistics were last taken (by autovacuum or by this function), and
+// reports whether it did. It skips when another process is analyzing.
+func QueueStatsAnalyze(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (bool, error) {
+	var analyzed bool
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var changed, live int64
+		var stale bool
+		err := tx.QueryRow(ctx, `
+SELECT s.n_mod_since_analyze, s.n_live_tup,
+       s.n_mod_since_analyze > $2 + $3 * s.n_live_tup
+       OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3) * greatest(c.relpages, 0)
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = $1 AND s.relname = 'river_job'`,
+			schema.RiverSchema, queueStatsThresholdRows, queueStatsThresholdShare, queueStatsThresholdPages).Scan(&changed, &live, &stale)
+		if err != nil {
+			return fmt.Errorf("error reading statistics of river_job: %w", err)
+		}
+		if !stale {
+			return nil
+		}
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('tally.queue_stats', 0))`).Scan(&locked); err != nil {
+			return fmt.Errorf("error locking the analyze of river_job: %w", err)
+		}
+		if !locked {
+			return nil // another replica is analyzing
+		}
+		start := time.Now()
+		if _, err := tx.Exec(ctx, `ANALYZE `+schema.RiverSchema+`.river_job`); err != nil {
+			return fmt.Errorf("error analyzing river_job: %w", err)
+		}
+		analyzed = true
+		logger.InfoContext(ctx, "analyzed river_job: its statistics were stale", slog.Int64("rows_changed", changed),
+			slog.Int64("rows", live), slog.Duration("took", time.Since(start)))
+		return nil
+	})
+	return analyzed, err
+}
