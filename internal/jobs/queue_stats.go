@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -54,11 +55,22 @@ func QueueStatsKeep(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger
 			return
 		case <-t.C:
 		}
-		if _, err := QueueStatsAnalyze(ctx, pool, logger); err != nil && ctx.Err() == nil {
+		_, err := QueueStatsAnalyze(ctx, pool, logger)
+		if errors.Is(err, ErrQueueStatsNotOwner) {
+			logger.WarnContext(ctx, "not keeping river_job's statistics: autovacuum must", slog.String("error", err.Error()))
+			return
+		}
+		if err != nil && ctx.Err() == nil {
 			logger.WarnContext(ctx, "error keeping river_job's statistics", slog.String("error", err.Error()))
 		}
 	}
 }
+
+// ErrQueueStatsNotOwner is QueueStatsAnalyze's answer when Tally's database
+// role may not analyze river_job (Postgres 15 lets the table's owner, the
+// database's owner and superusers): its statistics are then autovacuum's
+// alone.
+var ErrQueueStatsNotOwner = errors.New("this role may not analyze river_job: it owns neither the table nor the database")
 
 // QueueStatsAnalyze analyzes river_job if enough of it changed since its
 // statistics were last taken (by autovacuum or by this function), and
@@ -67,16 +79,22 @@ func QueueStatsAnalyze(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 	var analyzed bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var changed, live int64
-		var stale bool
+		var stale, mayAnalyze bool
 		err := tx.QueryRow(ctx, `
 SELECT s.n_mod_since_analyze, s.n_live_tup,
        s.n_mod_since_analyze > $2 + $3 * s.n_live_tup
-       OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3) * greatest(c.relpages, 0)
+       OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3) * greatest(c.relpages, 0),
+       pg_has_role(c.relowner, 'USAGE')
+       OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')
+       OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = $1 AND s.relname = 'river_job'`,
-			schema.RiverSchema, queueStatsThresholdRows, queueStatsThresholdShare, queueStatsThresholdPages).Scan(&changed, &live, &stale)
+			schema.RiverSchema, queueStatsThresholdRows, queueStatsThresholdShare, queueStatsThresholdPages).Scan(&changed, &live, &stale, &mayAnalyze)
 		if err != nil {
 			return fmt.Errorf("error reading statistics of river_job: %w", err)
+		}
+		if !mayAnalyze {
+			return ErrQueueStatsNotOwner
 		}
 		if !stale {
 			return nil

@@ -1,8 +1,12 @@
 package jobs_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/jobs"
@@ -34,4 +38,25 @@ FROM generate_series(1, 2000) AS i`)
 	require.NoError(t, err)
 	require.True(t, analyzed)
 	require.GreaterOrEqual(t, reltuples(), float64(2000), "the statistics count the burst")
+}
+
+// TestQueueStatsNotOwner: a role that may not analyze river_job is told so
+// (QueueStatsKeep then stops and leaves the statistics to autovacuum)
+// rather than analyzing in vain every second.
+func TestQueueStatsNotOwner(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	role := fmt.Sprintf("tally_queue_stats_%d", rand.Uint32())
+	_, err := b.Pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.Pool.Exec(ctx, "DROP ROLE IF EXISTS "+role) })
+
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	pool, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = jobs.QueueStatsAnalyze(ctx, pool, b.Logger)
+	require.ErrorIs(t, err, jobs.ErrQueueStatsNotOwner)
 }
