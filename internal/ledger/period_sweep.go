@@ -130,8 +130,10 @@ FOR NO KEY UPDATE SKIP LOCKED`, closesBefore, cursor == nil, c.closesAt, c.custo
 	}
 	page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (overduePeriod, error) {
 		var op overduePeriod
-		err := r.Scan(&op.customerID, &op.period, &op.closesAt, &op.jobID)
-		return op, err
+		if err := r.Scan(&op.customerID, &op.period, &op.closesAt, &op.jobID); err != nil {
+			return overduePeriod{}, err
+		}
+		return op, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error listing periods past their close: %w", err)

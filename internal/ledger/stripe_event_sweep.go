@@ -142,9 +142,11 @@ const unfinishedEventColumns = `id, type, livemode, created_at, received_at, sta
 // unfinishedEventColumns; its event has no Payload.
 func scanUnfinishedEvent(row pgx.Row) (unfinishedEvent, error) {
 	var u unfinishedEvent
-	err := row.Scan(&u.ev.ID, &u.ev.Type, &u.ev.Livemode, &u.ev.CreatedAt, &u.ev.ReceivedAt, &u.ev.Status,
-		&u.ev.Attempts, &u.ev.LastError, &u.ev.ProcessedAt, &u.ev.JobID, &u.alertedAt)
-	return u, err
+	if err := row.Scan(&u.ev.ID, &u.ev.Type, &u.ev.Livemode, &u.ev.CreatedAt, &u.ev.ReceivedAt, &u.ev.Status,
+		&u.ev.Attempts, &u.ev.LastError, &u.ev.ProcessedAt, &u.ev.JobID, &u.alertedAt); err != nil {
+		return unfinishedEvent{}, err
+	}
+	return u, nil
 }
 
 // unfinishedEventsTx returns the next page of events still received or
