@@ -198,8 +198,7 @@ func (r *chargeRun) claim(ctx context.Context) step {
 		r.logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
 		return endRun(river.JobSnooze(wait))
 	case errors.Is(err, ledger.ErrChargingPaused):
-		r.logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
-		return endRun(river.JobSnooze(chargingPausedSnooze))
+		return r.snoozeIfPaused(ctx, err)
 	case err != nil:
 		return endRun(err)
 	case lease == nil:
@@ -350,6 +349,16 @@ func (r *chargeRun) release(ctx context.Context, err error) step {
 		r.logger.WarnContext(ctx, "error releasing charge lease", slog.String("error", rerr.Error()))
 	}
 	return endRun(err)
+}
+
+// snoozeIfPaused ends the run with a snooze when err is the kill switch
+// (ledger.ErrChargingPaused), and with err otherwise.
+func (r *chargeRun) snoozeIfPaused(ctx context.Context, err error) step {
+	if !errors.Is(err, ledger.ErrChargingPaused) {
+		return endRun(err)
+	}
+	r.logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
+	return endRun(river.JobSnooze(chargingPausedSnooze))
 }
 
 // crashAt stops the run at crash point (tests only), leaving its lease and

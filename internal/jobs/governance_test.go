@@ -69,6 +69,7 @@ func TestKillSwitch(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.Zero(t, b.sim.Stats().Requests["POST /v1/payment_intents"]["succeeded"])
+	require.Empty(t, b.sim.Stats().Requests["GET /v1/customers/{id}"], "no Stripe call at all while paused: River works no job of a paused queue")
 	require.Equal(t, int64(n), b.Count(t, `SELECT count(*) FROM billing.charges WHERE status = 'pending' AND attempt_count = 0`))
 
 	_, err = b.Ledger.ChargingResume(ctx, "operator:ops/tly_1", "incident over")

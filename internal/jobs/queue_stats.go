@@ -82,8 +82,8 @@ func QueueStatsAnalyze(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 		var stale, mayAnalyze bool
 		err := tx.QueryRow(ctx, `
 SELECT s.n_mod_since_analyze, s.n_live_tup,
-       s.n_mod_since_analyze > $2 + $3 * s.n_live_tup
-       OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3) * greatest(c.relpages, 0),
+       s.n_mod_since_analyze > $2 + $3::float8 * s.n_live_tup
+       OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3::float8) * greatest(c.relpages, 0),
        pg_has_role(c.relowner, 'USAGE')
        OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')
        OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
@@ -106,12 +106,17 @@ WHERE s.schemaname = $1 AND s.relname = 'river_job'`,
 		if !locked {
 			return nil // another replica is analyzing
 		}
+		// Never wait behind autovacuum (a waiting ANALYZE would cancel it)
+		// or another maintenance command: the next second tries again.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '100ms'`); err != nil {
+			return fmt.Errorf("error setting lock_timeout: %w", err)
+		}
 		start := time.Now()
-		if _, err := tx.Exec(ctx, `ANALYZE `+schema.RiverSchema+`.river_job`); err != nil {
+		if _, err := tx.Exec(ctx, `ANALYZE (SKIP_LOCKED) `+schema.RiverSchema+`.river_job`); err != nil {
 			return fmt.Errorf("error analyzing river_job: %w", err)
 		}
 		analyzed = true
-		logger.InfoContext(ctx, "analyzed river_job: its statistics were stale", slog.Int64("rows_changed", changed),
+		logger.InfoContext(ctx, "ran ANALYZE on river_job: its statistics were stale", slog.Int64("rows_changed", changed),
 			slog.Int64("rows", live), slog.Duration("took", time.Since(start)))
 		return nil
 	})

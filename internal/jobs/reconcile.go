@@ -83,8 +83,10 @@ type ReconcileResult struct {
 
 	// Action is resolved (the charge took Stripe's outcome), unchanged
 	// (Stripe agrees, has nothing final yet, or has nothing for a charge that
-	// no longer calls), requeued (no PaymentIntent: the charge job was made to
-	// run now) or skipped (a live worker holds it, or it is settled).
+	// no longer calls), double_charge (Stripe has another PaymentIntent for
+	// a charge that names one: held if it was not final, alerted either way),
+	// requeued (no PaymentIntent: the charge job was made to run now) or
+	// skipped (a live worker holds it, or it is settled).
 	Action string
 
 	// PaymentIntents are the charge's PaymentIntents found on Stripe.
@@ -136,7 +138,10 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 		return nil, err
 	}
 	res.Charge, res.Action = applied.Charge, "unchanged"
-	if applied.Changed {
+	switch {
+	case applied.DoubleCharge != nil:
+		res.Action = "double_charge" // held if it was not final; alerted by the ledger either way
+	case applied.Changed:
 		res.Action = "resolved"
 	}
 	return res, nil
