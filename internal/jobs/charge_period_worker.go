@@ -198,7 +198,7 @@ func (r *chargeRun) claim(ctx context.Context) step {
 		r.logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
 		return endRun(river.JobSnooze(wait))
 	case errors.Is(err, ledger.ErrChargingPaused):
-		return r.snoozeIfPaused(ctx, err)
+		return r.pausedSnooze(ctx)
 	case err != nil:
 		return endRun(err)
 	case lease == nil:
@@ -351,12 +351,9 @@ func (r *chargeRun) release(ctx context.Context, err error) step {
 	return endRun(err)
 }
 
-// snoozeIfPaused ends the run with a snooze when err is the kill switch
-// (ledger.ErrChargingPaused), and with err otherwise.
-func (r *chargeRun) snoozeIfPaused(ctx context.Context, err error) step {
-	if !errors.Is(err, ledger.ErrChargingPaused) {
-		return endRun(err)
-	}
+// pausedSnooze ends the run of a charge the kill switch refused
+// (ledger.ErrChargingPaused) with a snooze.
+func (r *chargeRun) pausedSnooze(ctx context.Context) step {
 	r.logger.InfoContext(ctx, "charging is paused (kill switch); snoozing", slog.Duration("snooze", chargingPausedSnooze))
 	return endRun(river.JobSnooze(chargingPausedSnooze))
 }

@@ -24,9 +24,9 @@ import (
 // statistics of river_job current the way autovacuum's analyze would, so a
 // mass close costs what the jobs cost.
 
-// QueueStatsEvery is how often QueueStatsKeep looks at river_job's
+// queueStatsEvery is how often QueueStatsKeep looks at river_job's
 // statistics: one read of Postgres's activity counters, in memory.
-const QueueStatsEvery = time.Second
+const queueStatsEvery = time.Second
 
 // The staleness rule of river_job's statistics. The first half is
 // autovacuum's analyze rule with its defaults: 50 rows plus 10% of the table
@@ -42,12 +42,12 @@ const (
 )
 
 // QueueStatsKeep keeps river_job's statistics current until ctx ends: every
-// QueueStatsEvery it analyzes the table when it is stale (QueueStatsAnalyze).
+// queueStatsEvery it analyzes the table when it is stale (QueueStatsAnalyze).
 // Every worker replica runs it; an advisory lock makes one analyze at a
 // time, and the others then find the statistics fresh. It is a loop rather
 // than a periodic River job, which would add a job row every second.
 func QueueStatsKeep(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	t := time.NewTicker(QueueStatsEvery)
+	t := time.NewTicker(queueStatsEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -76,11 +76,11 @@ var ErrQueueStatsNotOwner = errors.New("this role may not analyze river_job: it 
 // statistics were last taken (by autovacuum or by this function), and
 // reports whether it did. It skips when another process is analyzing.
 func QueueStatsAnalyze(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (bool, error) {
-	var analyzed bool
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var changed, live int64
-		var stale, mayAnalyze bool
-		err := tx.QueryRow(ctx, `
+	// The check, every second on every replica, is one statement outside
+	// any transaction; only a stale table opens one.
+	var changed, live int64
+	var stale, mayAnalyze bool
+	err := pool.QueryRow(ctx, `
 SELECT s.n_mod_since_analyze, s.n_live_tup,
        s.n_mod_since_analyze > $2 + $3::float8 * s.n_live_tup
        OR pg_relation_size(c.oid) / current_setting('block_size')::int > $4 + (1 + $3::float8) * greatest(c.relpages, 0),
@@ -89,27 +89,28 @@ SELECT s.n_mod_since_analyze, s.n_live_tup,
        OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = $1 AND s.relname = 'river_job'`,
-			schema.RiverSchema, queueStatsThresholdRows, queueStatsThresholdShare, queueStatsThresholdPages).Scan(&changed, &live, &stale, &mayAnalyze)
-		if err != nil {
-			return fmt.Errorf("error reading statistics of river_job: %w", err)
-		}
-		if !mayAnalyze {
-			return ErrQueueStatsNotOwner
-		}
-		if !stale {
-			return nil
-		}
+		schema.RiverSchema, queueStatsThresholdRows, queueStatsThresholdShare, queueStatsThresholdPages).Scan(&changed, &live, &stale, &mayAnalyze)
+	if err != nil {
+		return false, fmt.Errorf("error reading statistics of river_job: %w", err)
+	}
+	if !mayAnalyze {
+		return false, ErrQueueStatsNotOwner
+	}
+	if !stale {
+		return false, nil
+	}
+	var analyzed bool
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// One replica at a time, and never waiting behind autovacuum (a
+		// waiting ANALYZE would cancel it) or another maintenance command:
+		// the next second tries again.
 		var locked bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('tally.queue_stats', 0))`).Scan(&locked); err != nil {
+		if err := tx.QueryRow(ctx, `
+SELECT pg_try_advisory_xact_lock(hashtextextended('tally.queue_stats', 0)), set_config('lock_timeout', '100ms', true)`).Scan(&locked, nil); err != nil {
 			return fmt.Errorf("error locking the analyze of river_job: %w", err)
 		}
 		if !locked {
 			return nil // another replica is analyzing
-		}
-		// Never wait behind autovacuum (a waiting ANALYZE would cancel it)
-		// or another maintenance command: the next second tries again.
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '100ms'`); err != nil {
-			return fmt.Errorf("error setting lock_timeout: %w", err)
 		}
 		start := time.Now()
 		if _, err := tx.Exec(ctx, `ANALYZE (SKIP_LOCKED) `+schema.RiverSchema+`.river_job`); err != nil {

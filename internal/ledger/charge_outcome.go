@@ -131,11 +131,8 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 }
 
 // chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,
-// and clears its lease when releaseLease is set.
+// an "ALERT …" line, and clears its lease when releaseLease is set.
 func chargeAlertTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, msg string, releaseLease bool) (*Charge, error) {
-	if !strings.HasPrefix(msg, "ALERT") {
-		msg = "ALERT " + msg
-	}
 	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
 		return nil, err
 	}

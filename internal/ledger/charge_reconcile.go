@@ -123,7 +123,7 @@ func (l *Ledger) chargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeRecon
 		if why := c.PaymentIntentMismatch(*p.PaymentIntent, p.Livemode); why != "" {
 			l.logger.ErrorContext(ctx, "ALERT "+why, "alert", "payment_intent_mismatch", "charge_id", c.ID, "actor", p.Actor)
 			if c.Terminal() || c.Status == ChargeHeld {
-				alerted, err := chargeAlertTx(ctx, tx, now, c, p.Actor, why, false)
+				alerted, err := chargeAlertTx(ctx, tx, now, c, p.Actor, "ALERT "+why, false)
 				if err != nil {
 					return nil, Applied{}, err
 				}
