@@ -48,8 +48,9 @@ const (
 var errCrash = errors.New("simulated crash")
 
 // ChargePeriodWorker charges one (customer, period): DESIGN.md's money path,
-// steps 1 to 5, each step its own transaction in internal/ledger (Work lists
-// them; each is a chargeRun method of the same shape, returning a step).
+// steps 1 to 5, each step its own transaction in internal/ledger except the
+// close and the claim, which share one (Work lists them; each is a chargeRun
+// method of the same shape, returning a step).
 type ChargePeriodWorker struct {
 	river.WorkerDefaults[ChargePeriodArgs]
 
@@ -89,14 +90,12 @@ func (w *ChargePeriodWorker) crash(point string) error {
 func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration { return w.jobTimeout }
 
 // Work runs the charge of job's (customer, period) to an outcome: the steps
-// of the money path in order, each its own transaction, until one ends the
-// run.
+// of the money path in order until one ends the run.
 func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
 	r := w.newRun(job)
 	for _, s := range []func(context.Context) step{
-		r.close,         // 1a. close the period; find or create its charge
-		r.paymentMethod, // 1b. look up the Stripe customer's default payment method, if need be
-		r.claim,         // 2.  claim the lease (and snapshot the payment method), committed before any money moves
+		r.paymentMethod, // 1b. look up the Stripe customer's default payment method, if the charge will need it
+		r.closeClaim,    // 1a, 2. close the period, find or create its charge and claim its lease, snapshotting the payment method: one transaction, committed before any money moves
 		r.decideKey,     // 3.  look for the charge on Stripe unless its key is proven fresh
 		r.call,          // 4.  create the PaymentIntent with the charge's idempotency key
 		r.record,        // 5.  record the outcome; complete the job in the same transaction
@@ -129,11 +128,11 @@ type chargeRun struct {
 	actor  string
 	logger *slog.Logger
 
-	charge          *ledger.Charge // step 1a
-	paymentMethodID string         // step 1b: the Stripe customer's default, for the claim to snapshot
-	lease           *ledger.Claim  // step 2, readied for the call by step 3
-	leasedAt        time.Time      // step 2, on the monotonic clock: how long the run has held the lease
-	outcome         ledger.Outcome // step 4
+	paymentMethodID       string         // step 1b: the Stripe customer's default, for the claim to snapshot
+	paymentMethodLookedUp bool           // step 1b: it was looked up (paymentMethodID may still be empty)
+	lease                 *ledger.Claim  // steps 1a and 2, readied for the call by step 3
+	leasedAt              time.Time      // step 2, on the monotonic clock: how long the run has held the lease
+	outcome               ledger.Outcome // step 4
 }
 
 func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
@@ -142,39 +141,27 @@ func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun
 			slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))}
 }
 
-// close is step 1a: close the period and find or create its charge. A charge
-// that is terminal, held or processing needs no Stripe call: the job is done.
-func (r *chargeRun) close(ctx context.Context) step {
-	c, err := r.w.ledger.PeriodClose(ctx, ledger.PeriodCloseParams{
-		CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor,
-	})
-	if err != nil {
-		return endRun(err)
-	}
-	if !c.Status.Chargeable() {
-		r.logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)))
-		return endRun(nil)
-	}
-	r.charge = c
-	return goOn
-}
-
-// paymentMethod is step 1b: for a charge whose customer has no payment
-// method registered and that was never attempted, look up the Stripe
-// customer's default one; the claim snapshots it on the charge
+// paymentMethod is step 1b, taken before the close so that the close and the
+// claim are one transaction: for a charge that will have no payment method
+// (its customer has none registered) and was never attempted, look up the
+// Stripe customer's default one; the claim snapshots it on the charge
 // (ledger.ChargeClaimParams.PaymentMethodID). With no default either, the
 // charge goes on without one and Stripe's answer fails it.
 func (r *chargeRun) paymentMethod(ctx context.Context) step {
-	c := r.charge
-	if c.StripePaymentMethodID != nil || c.FirstAttemptedAt != nil {
+	stripeCustomer, err := r.w.ledger.ChargePaymentMethodNeeded(ctx, r.job.Args.CustomerID, r.job.Args.Period)
+	if err != nil {
+		return endRun(err)
+	}
+	if stripeCustomer == "" {
 		return goOn
 	}
-	cust, err := r.w.stripe.CustomerGet(ctx, c.StripeCustomerID)
+	r.paymentMethodLookedUp = true
+	cust, err := r.w.stripe.CustomerGet(ctx, stripeCustomer)
 	if err != nil {
 		if stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed {
 			return goOn // e.g. no such customer: the create will fail the charge with Stripe's code
 		}
-		return endRun(fmt.Errorf("error looking up default payment method of %s: %w", c.StripeCustomerID, err))
+		return endRun(fmt.Errorf("error looking up default payment method of %s: %w", stripeCustomer, err))
 	}
 	if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
 		r.paymentMethodID = s.DefaultPaymentMethod.ID
@@ -182,14 +169,17 @@ func (r *chargeRun) paymentMethod(ctx context.Context) step {
 	return goOn
 }
 
-// claim is step 2: take the charge's lease, committed before any money
-// moves. Another run's live lease, or the kill switch, snoozes the job; a
-// charge settled meanwhile, or held or carried forward by its guards, ends
-// it.
-func (r *chargeRun) claim(ctx context.Context) step {
-	lease, err := r.w.ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{
-		ChargeID: r.charge.ID, Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
-		PaymentMethodID: r.paymentMethodID,
+// closeClaim is steps 1a and 2 in one transaction: close the period, find or
+// create its charge and take its lease, committed before any money moves. A
+// charge that is terminal, held or processing needs no Stripe call, nor does
+// one its guards held or carried forward: the job is done. Another run's
+// live lease, or the kill switch, snoozes the job.
+func (r *chargeRun) closeClaim(ctx context.Context) step {
+	cc, err := r.w.ledger.PeriodCloseClaim(ctx, ledger.PeriodCloseClaimParams{
+		Close: ledger.PeriodCloseParams{CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor},
+		Claim: ledger.ChargeClaimParams{Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
+			PaymentMethodID: r.paymentMethodID},
+		PaymentMethodLookedUp: r.paymentMethodLookedUp,
 	})
 	var held *ledger.LeaseHeldError
 	switch {
@@ -201,10 +191,16 @@ func (r *chargeRun) claim(ctx context.Context) step {
 		return r.pausedSnooze(ctx)
 	case err != nil:
 		return endRun(err)
-	case lease == nil:
-		return endRun(nil) // settled, held or carried forward; a hold is alerted by the ledger
+	case cc.NeedsPaymentMethod:
+		// The customer's payment method went away since step 1b read it.
+		r.logger.InfoContext(ctx, "charge needs its payment method looked up; snoozing", slog.Int64("charge_id", cc.Charge.ID))
+		return endRun(river.JobSnooze(time.Second))
+	case cc.Claim == nil:
+		// Settled, held or carried forward; a hold is alerted by the ledger.
+		r.logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", cc.Charge.ID), slog.String("status", string(cc.Charge.Status)))
+		return endRun(nil)
 	}
-	r.lease, r.leasedAt = lease, time.Now()
+	r.lease, r.leasedAt = cc.Claim, time.Now()
 	return r.crashAt(crashAfterClaim)
 }
 

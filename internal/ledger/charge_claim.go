@@ -91,44 +91,57 @@ type Claim struct {
 // when another live run holds the lease, and ErrChargingPaused while an
 // operator has paused charging (the kill switch).
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
-	var claim *Claim
-	var held, carried *Charge
+	var cl claimed
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		claim, held, carried = nil, nil, nil
-		now := l.now()
 		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
 			return err
 		}
-		if !c.Status.Chargeable() {
-			return nil
+		cl, err = l.chargeClaimTx(ctx, tx, l.now(), c, p)
+		return err
+	})
+	return l.claimDone(ctx, cl, p, err)
+}
+
+// claimed is what chargeClaimTx did: took the lease (claim), or held or
+// carried forward the charge.
+type claimed struct {
+	claim         *Claim
+	held, carried *Charge
+}
+
+// chargeClaimTx is ChargeClaim's work in tx on charge c, locked FOR UPDATE
+// by the caller. It returns a *LeaseHeldError or ErrChargingPaused before
+// writing anything, so a caller may still commit what it wrote before.
+func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, p ChargeClaimParams) (claimed, error) {
+	if !c.Status.Chargeable() {
+		return claimed{}, nil
+	}
+	if c.LeaseLive() {
+		return claimed{}, &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt, Left: c.LeaseLeft}
+	}
+	if err := l.chargingPausedTx(ctx, tx); err != nil {
+		return claimed{}, err
+	}
+	if !c.BudgetReserved {
+		v, err := l.chargeGuardsTx(ctx, tx, c)
+		if err != nil {
+			return claimed{}, err
 		}
-		if c.LeaseLive() {
-			return &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt, Left: c.LeaseLeft}
+		switch {
+		case v.carry:
+			carried, err := chargeCarryForwardTx(ctx, tx, now, c, p.actor(), v.detail)
+			return claimed{carried: carried}, err
+		case v.hold != "":
+			applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c,
+				Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), false)
+			return claimed{held: applied.Charge}, err
 		}
-		if err := l.chargingPausedTx(ctx, tx); err != nil {
-			return err
-		}
-		if !c.BudgetReserved {
-			v, err := l.chargeGuardsTx(ctx, tx, c)
-			if err != nil {
-				return err
-			}
-			switch {
-			case v.carry:
-				carried, err = chargeCarryForwardTx(ctx, tx, now, c, p.actor(), v.detail)
-				return err
-			case v.hold != "":
-				applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c,
-					Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), false)
-				held = applied.Charge
-				return err
-			}
-		}
-		// The lease, the reservation of a charge that just passed its guards
-		// (one that had passed them before keeps its own), and the payment
-		// method of a charge that has none and was never attempted.
-		c, err = scanCharge(tx.QueryRow(ctx, `
+	}
+	// The lease, the reservation of a charge that just passed its guards
+	// (one that had passed them before keeps its own), and the payment
+	// method of a charge that has none and was never attempted.
+	c, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
 SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true,
     stripe_payment_method_id = CASE WHEN stripe_payment_method_id IS NULL AND first_attempted_at IS NULL
@@ -137,19 +150,23 @@ SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budg
     first_attempted_at = coalesce(first_attempted_at, $4),
     last_attempted_at = $4, updated_at = $4
 WHERE id = $1
-RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(p.PaymentMethodID)))
-		if err != nil {
-			return fmt.Errorf("error taking lease: %w", err)
-		}
-		claim = &Claim{Charge: c, Owner: p.Owner, params: p}
-		gen := c.GenerationFirstAttemptedAt
-		claim.KeyExpired = gen != nil && now.Sub(*gen) >= l.config.StripeKeyWindow
-		claim.Lookup = gen == nil || c.LookupRequired || claim.KeyExpired
-		if claim.Lookup {
-			return nil
-		}
-		return attemptStartTx(ctx, tx, now, claim)
-	})
+RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(p.PaymentMethodID)))
+	if err != nil {
+		return claimed{}, fmt.Errorf("error taking lease: %w", err)
+	}
+	claim := &Claim{Charge: c, Owner: p.Owner, params: p}
+	gen := c.GenerationFirstAttemptedAt
+	claim.KeyExpired = gen != nil && now.Sub(*gen) >= l.config.StripeKeyWindow
+	claim.Lookup = gen == nil || c.LookupRequired || claim.KeyExpired
+	if claim.Lookup {
+		return claimed{claim: claim}, nil
+	}
+	return claimed{claim: claim}, attemptStartTx(ctx, tx, now, claim)
+}
+
+// claimDone finishes a claim once its transaction ended with err: it alerts
+// a hold, logs a carry-forward and returns the claim, or the error.
+func (l *Ledger) claimDone(ctx context.Context, cl claimed, p ChargeClaimParams, err error) (*Claim, error) {
 	if err != nil {
 		var leased *LeaseHeldError
 		if errors.As(err, &leased) {
@@ -160,14 +177,14 @@ RETURNING `+chargeColumns, p.ChargeID, p.Owner, p.LeaseTTL.Seconds(), now, nullS
 		}
 		return nil, fmt.Errorf("error claiming charge %d: %w", p.ChargeID, err)
 	}
-	if held != nil {
-		l.alertIfHeld(ctx, ChargePending, held, p.actor())
+	if cl.held != nil {
+		l.alertIfHeld(ctx, ChargePending, cl.held, p.actor())
 	}
-	if carried != nil {
-		l.logger.InfoContext(ctx, "charge carried forward: below Stripe's minimum", "charge_id", carried.ID,
-			"customer_id", carried.CustomerID, "period", carried.Period, "amount_cents", carried.AmountCents, "currency", carried.Currency)
+	if c := cl.carried; c != nil {
+		l.logger.InfoContext(ctx, "charge carried forward: below Stripe's minimum", "charge_id", c.ID,
+			"customer_id", c.CustomerID, "period", c.Period, "amount_cents", c.AmountCents, "currency", c.Currency)
 	}
-	return claim, nil
+	return cl.claim, nil
 }
 
 // actor is who claims, for the transitions log: the job run.

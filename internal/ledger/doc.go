@@ -10,7 +10,8 @@
 // One concept per file. The money path of a charge, in DESIGN.md's steps:
 // period_close.go and charge_create.go (1, close + pre-flight),
 // charge_claim.go with charge_guard.go, charge_spend.go and charge_carry.go
-// (2, claim), charge_lookup.go (3, decide the key), charge_attempt.go (the
+// (2, claim; the worker closes and claims in one transaction,
+// PeriodCloseClaim), charge_lookup.go (3, decide the key), charge_attempt.go (the
 // attempt log around 4, the call), charge_record.go (5, record the outcome).
 // charge_outcome.go is the one way any outcome moves a charge
 // (chargeApplyOutcomeTx); charge_reconcile.go applies what Stripe says later

@@ -114,5 +114,3 @@ type BatchError struct {
 func (e *BatchError) Error() string {
 	return fmt.Sprintf("batch rejected: %d of its items failed", len(e.Items))
 }
-
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

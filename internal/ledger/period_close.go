@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -37,44 +38,159 @@ func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge,
 	}
 	var charge *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		now := l.now()
-		var status string
-		var jobID *int64
-		err := tx.QueryRow(ctx, `
-SELECT status, charge_job_id FROM billing.periods
-WHERE customer_id = $1 AND period = $2
-FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("period %s of customer %q", p.Period, p.CustomerID)
-		}
-		if err != nil {
-			return fmt.Errorf("error locking period: %w", err)
-		}
-		if status == PeriodOpen {
-			if _, err := tx.Exec(ctx, `
-UPDATE billing.periods SET status = 'closed', closed_at = $3
-WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
-				return fmt.Errorf("error closing period: %w", err)
-			}
-		}
-		if p.RunChargeJobNow {
-			if err := l.chargeJobRunNowTx(ctx, tx, p.CustomerID, p.Period, jobID); err != nil {
-				return err
-			}
-		}
-
-		charge, err = chargeGetTx(ctx, tx, p.CustomerID, p.Period)
-		if err == nil {
-			return nil
-		}
-		if !isNotFound(err) {
-			return fmt.Errorf("error reading charge: %w", err)
-		}
-		charge, err = chargeCreateTx(ctx, tx, p, l.config.Namespace, now)
+		var err error
+		charge, err = l.periodCloseTx(ctx, tx, l.now(), p)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error closing period %s/%s: %w", p.CustomerID, p.Period, err)
 	}
 	return charge, nil
+}
+
+// PeriodCloseClaimParams are the fields of PeriodCloseClaim.
+type PeriodCloseClaimParams struct {
+	Close PeriodCloseParams
+
+	// Claim is the claim's; its ChargeID is ignored (the period's charge is
+	// claimed).
+	Claim ChargeClaimParams
+
+	// PaymentMethodLookedUp says that the caller looked up the Stripe
+	// customer's default payment method (Claim.PaymentMethodID, empty when
+	// there is none), as ChargePaymentMethodNeeded asked.
+	PaymentMethodLookedUp bool
+}
+
+// ClosedClaim is what PeriodCloseClaim did.
+type ClosedClaim struct {
+	// Charge is the period's charge, after the claim when one was taken.
+	Charge *Charge
+
+	// Claim is the lease taken, or nil: the charge needs no Stripe call now
+	// (its status says why: terminal, held, processing, carried forward),
+	// or NeedsPaymentMethod.
+	Claim *Claim
+
+	// NeedsPaymentMethod is set when the charge has no payment method, was
+	// never attempted and the caller looked none up (the customer's changed
+	// since ChargePaymentMethodNeeded answered): the close is committed but
+	// nothing was claimed; look the payment method up and call again.
+	NeedsPaymentMethod bool
+}
+
+// PeriodCloseClaim is steps 1 and 2 of the money path in one transaction:
+// PeriodClose, then ChargeClaim of the period's charge. The close commits
+// even when the claim is refused: a *LeaseHeldError or ErrChargingPaused is
+// returned after the commit, as ChargeClaim returns them. One commit, not
+// two, on the path of every charge; the claim is still committed before any
+// money moves.
+func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams) (*ClosedClaim, error) {
+	if !validID(p.Close.CustomerID) || !validID(p.Close.Period) {
+		return nil, notFound("period %s of customer %q", p.Close.Period, p.Close.CustomerID)
+	}
+	var out ClosedClaim
+	var cl claimed
+	var refused error // the claim's refusal, returned once the close is committed
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		out, cl, refused = ClosedClaim{}, claimed{}, nil
+		now := l.now()
+		c, err := l.periodCloseTx(ctx, tx, now, p.Close)
+		if err != nil {
+			return err
+		}
+		out.Charge, p.Claim.ChargeID = c, c.ID
+		if c.Status.Chargeable() && c.StripePaymentMethodID == nil && c.FirstAttemptedAt == nil && !p.PaymentMethodLookedUp {
+			out.NeedsPaymentMethod = true
+			return nil
+		}
+		cl, err = l.chargeClaimTx(ctx, tx, now, c, p.Claim)
+		var leased *LeaseHeldError
+		if errors.As(err, &leased) || errors.Is(err, ErrChargingPaused) {
+			refused = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error closing period %s/%s: %w", p.Close.CustomerID, p.Close.Period, err)
+	}
+	claim, err := l.claimDone(ctx, cl, p.Claim, refused)
+	if err != nil {
+		return nil, err
+	}
+	out.Claim = claim
+	switch {
+	case claim != nil:
+		out.Charge = claim.Charge
+	case cl.held != nil:
+		out.Charge = cl.held
+	case cl.carried != nil:
+		out.Charge = cl.carried
+	}
+	return &out, nil
+}
+
+// ChargePaymentMethodNeeded returns the Stripe customer whose default
+// payment method the charge of (customer, period) needs looked up before it
+// is claimed (money path step 1b, before the close): the charge, or while
+// it does not exist the customer, has no payment method registered, and
+// the charge was never attempted. It returns "" when there is nothing to
+// look up.
+func (l *Ledger) ChargePaymentMethodNeeded(ctx context.Context, customerID, period string) (string, error) {
+	var stripeCustomer string
+	err := l.pool.QueryRow(ctx, `
+SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id)
+FROM billing.customers cu
+LEFT JOIN billing.charges ch ON ch.customer_id = cu.customer_id AND ch.period = $2
+WHERE cu.customer_id = $1
+  AND CASE WHEN ch.id IS NULL THEN cu.stripe_payment_method_id IS NULL
+           ELSE ch.stripe_payment_method_id IS NULL AND ch.first_attempted_at IS NULL
+                AND ch.status IN ('pending', 'unknown') END`, customerID, period).Scan(&stripeCustomer)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("error reading the payment method of %s/%s: %w", customerID, period, err)
+	}
+	return stripeCustomer, nil
+}
+
+// periodCloseTx is PeriodClose's work in tx. The charge it returns, found or
+// created, is locked FOR UPDATE until tx ends.
+func (l *Ledger) periodCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, p PeriodCloseParams) (*Charge, error) {
+	var status string
+	var jobID *int64
+	err := tx.QueryRow(ctx, `
+SELECT status, charge_job_id FROM billing.periods
+WHERE customer_id = $1 AND period = $2
+FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("period %s of customer %q", p.Period, p.CustomerID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error locking period: %w", err)
+	}
+	if status == PeriodOpen {
+		if _, err := tx.Exec(ctx, `
+UPDATE billing.periods SET status = 'closed', closed_at = $3
+WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
+			return nil, fmt.Errorf("error closing period: %w", err)
+		}
+	}
+	if p.RunChargeJobNow {
+		if err := l.chargeJobRunNowTx(ctx, tx, p.CustomerID, p.Period, jobID); err != nil {
+			return nil, err
+		}
+	}
+
+	charge, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
+FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.CustomerID, p.Period))
+	if err == nil {
+		return charge, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("error reading charge: %w", err)
+	}
+	return chargeCreateTx(ctx, tx, p, l.config.Namespace, now)
 }
