@@ -20,6 +20,14 @@
 //	billingctl charging pause|resume --reason R         the kill switch: stop or restart charging on
 //	                                                    every replica
 //	billingctl charging status                          whether charging is paused, since when, by whom, why
+//	billingctl webhooks list                            the webhook endpoints (never their secrets)
+//	billingctl webhooks create --url U --events T,… [--description D]
+//	                                                    register an endpoint; print its secret on stdout
+//	billingctl webhooks delete ID                       stop sending to an endpoint
+//	billingctl webhooks enable ID                       send to an endpoint disabled for failing again
+//	billingctl webhooks rotate-secret ID [--grace 24h]  a new secret; the old one signs beside it for --grace
+//	billingctl webhooks redeliver [--notification N] [--endpoint ID] [--since T] [--until T] [--dry-run]
+//	                                                    send delivered or failed deliveries again
 //
 // Approve, cancel, resolve, pause and resume are recorded in the audit log
 // (billing.operator_actions) with the actor cli:<os user> and the reason;
@@ -68,6 +76,12 @@ const usage = `usage:
   billingctl charging pause --reason R
   billingctl charging resume --reason R
   billingctl charging status
+  billingctl webhooks list
+  billingctl webhooks create --url https://… --events charge.failed,period.closed [--description D]
+  billingctl webhooks delete ID
+  billingctl webhooks enable ID
+  billingctl webhooks rotate-secret ID [--grace 24h]
+  billingctl webhooks redeliver [--notification ntf_…] [--endpoint ID] [--since T] [--until T] [--dry-run]
 scopes: usage:write, customers:write, billing:read, admin
 statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled
 database: DATABASE_URL`
@@ -77,7 +91,7 @@ database: DATABASE_URL`
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if len(args) < 1 || (slices.Contains([]string{"apikey", "charges", "charging"}, args[0]) && len(args) < 2) {
+	if len(args) < 1 || (slices.Contains([]string{"apikey", "charges", "charging", "webhooks"}, args[0]) && len(args) < 2) {
 		return errors.New(usage)
 	}
 	url := getenv("DATABASE_URL")
@@ -94,7 +108,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger})
+	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger,
+		WebhooksAllowHTTP: getenv("TALLY_WEBHOOKS_ALLOW_HTTP") == "true"})
 	if err != nil {
 		return err
 	}
@@ -106,7 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcile(ctx, l, getenv, args[1:], stdout, stderr)
 	case "recover":
 		return recoverAfterLoss(ctx, l, getenv, args[1:], stdout, stderr)
-	case "apikey", "charges", "charging":
+	case "apikey", "charges", "charging", "webhooks":
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
@@ -134,6 +149,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return chargingResume(ctx, l, actor, args[2:], stdout, stderr)
 	case "charging status":
 		return chargingStatus(ctx, l, args[2:], stdout)
+	case "webhooks list":
+		return webhookList(ctx, l, args[2:], stdout)
+	case "webhooks create":
+		return webhookCreate(ctx, l, args[2:], stdout, stderr)
+	case "webhooks delete":
+		return webhookDelete(ctx, l, args[2:], stderr)
+	case "webhooks enable":
+		return webhookEnable(ctx, l, args[2:], stderr)
+	case "webhooks rotate-secret":
+		return webhookRotate(ctx, l, args[2:], stdout, stderr)
+	case "webhooks redeliver":
+		return webhookRedeliver(ctx, l, args[2:], stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0]+" "+args[1], usage)
 }

@@ -76,6 +76,9 @@ type config struct {
 	StripeWebhookSecret  string
 	StripeTimeout        time.Duration
 	AllowLiveSecretKey   bool
+	WebhooksAllowHTTP    bool          // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
+	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
+	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
 	LogLevel             slog.Level
 	ShutdownTimeout      time.Duration
 }
@@ -141,6 +144,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		StripeWebhookSecret:  get("STRIPE_WEBHOOK_SECRET", ""),
 		StripeTimeout:        duration("STRIPE_TIMEOUT", stripeapi.TimeoutDefault),
 		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
+		WebhookWorkers:       int(integer("TALLY_WEBHOOK_WORKERS", jobs.DeliveryWorkersDefault, 1, 1000)),
+		WebhookTimeout:       duration("TALLY_WEBHOOK_TIMEOUT", jobs.DeliveryTimeoutDefault),
 	}
 	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the
 	// default of each pool's own variable.
@@ -202,13 +207,18 @@ func loadConfig(getenv func(string) string) (*config, error) {
 			c.AnomalyFactor = f
 		}
 	}
-	switch v := strings.ToLower(get("TALLY_ALLOW_LIVE_SECRET_KEY", "false")); v {
-	case "true", "1", "yes":
-		c.AllowLiveSecretKey = true
-	case "false", "0", "no":
-	default:
-		bad("TALLY_ALLOW_LIVE_SECRET_KEY", "%q is not true or false", v)
+	boolean := func(name string) bool {
+		switch v := strings.ToLower(get(name, "false")); v {
+		case "true", "1", "yes":
+			return true
+		case "false", "0", "no":
+		default:
+			bad(name, "%q is not true or false", v)
+		}
+		return false
 	}
+	c.AllowLiveSecretKey = boolean("TALLY_ALLOW_LIVE_SECRET_KEY")
+	c.WebhooksAllowHTTP = boolean("TALLY_WEBHOOKS_ALLOW_HTTP")
 	if err := c.LogLevel.UnmarshalText([]byte(get("TALLY_LOG_LEVEL", "info"))); err != nil {
 		bad("TALLY_LOG_LEVEL", "want debug, info, warn or error")
 	}

@@ -100,6 +100,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			SweepInterval:        cfg.SweepInterval,
 			SweepAfter:           cfg.SweepAfter,
 			StripeEventRetention: cfg.StripeEventRetention,
+			DeliveryWorkers:      cfg.WebhookWorkers,
+			DeliveryTimeout:      cfg.WebhookTimeout,
+			DeliverToLoopback:    cfg.WebhooksAllowHTTP,
 		})
 		if err != nil {
 			return err
@@ -204,6 +207,7 @@ func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *met
 		PeriodBudgetCents:  cfg.PeriodBudgetCents,
 		AnomalyFactor:      cfg.AnomalyFactor,
 		Namespace:          cfg.Namespace,
+		WebhooksAllowHTTP:  cfg.WebhooksAllowHTTP,
 		Scheduler:          jobs.Scheduler{Client: inserter},
 		Logger:             logger,
 		OnChargeTransition: m.ChargeTransition,
@@ -317,8 +321,8 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool, interval time.Duration) met
 			Charges: map[string]float64{}, Held: map[string]float64{}, Jobs: map[[2]string]float64{}, StripeEvents: map[string]float64{},
 			CloseOverdueSeconds: age(now, ops.CloseOverdueSince), UnsettledSeconds: age(now, ops.UnsettledSince),
 			OutboxLagSeconds: age(now, snap.ChargeAvailableSince), StripeEventOldestSeconds: age(now, ops.StripeEventSince),
-			ChargingPaused: ops.ChargingPausedSince != nil,
-			AgeSeconds:     age(now, &stored.TakenAt),
+			ChargingPaused: ops.ChargingPausedSince != nil, WebhookEndpointsDisabled: float64(ops.WebhookEndpointsDisabled),
+			AgeSeconds: age(now, &stored.TakenAt),
 		}
 		for status, n := range ops.Charges {
 			st.Charges[string(status)] = float64(n)

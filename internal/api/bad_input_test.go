@@ -104,6 +104,9 @@ func TestBadInput(t *testing.T) {
 			{http.MethodPost, "/v1/charges/1/resolve", map[string]string{"keep_payment_intent": `"pi_1"`, "reason": `"r"`}},
 			{http.MethodPost, "/v1/admin/charging/pause", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/admin/charging/resume", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/webhook-endpoints", map[string]string{
+				"url": `"https://example.com/h"`, "events": `["*"]`, "description": `"d"`}},
+			{http.MethodPost, "/v1/webhook-endpoints/1/rotate-secret", map[string]string{"grace_period_seconds": `60`}},
 			{http.MethodPost, "/v1/usage-events", event},
 		}
 		for _, r := range routes {

@@ -10,52 +10,11 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
-// chargeResponse is a charge as the API shows it. Lease internals stay out.
-type chargeResponse struct {
-	ID                    int64      `json:"id"`
-	CustomerID            string     `json:"customer_id"`
-	Period                string     `json:"period"`
-	Status                string     `json:"status"`
-	AmountCents           int64      `json:"amount_cents"`
-	Currency              string     `json:"currency"`
-	EventCount            int64      `json:"event_count"`
-	StripeCustomerID      string     `json:"stripe_customer_id"`
-	StripePaymentMethodID *string    `json:"stripe_payment_method_id"`
-	StripePaymentIntentID *string    `json:"stripe_payment_intent_id"`
-	StripeChargeID        *string    `json:"stripe_charge_id"`
-	ChargeKey             string     `json:"tally_charge_key"`
-	KeyGeneration         int        `json:"key_generation"`
-	FailureCode           *string    `json:"failure_code"`
-	FailureMessage        *string    `json:"failure_message"`
-	HeldReason            *string    `json:"held_reason"`
-	HeldDetail            *string    `json:"held_detail"`
-	HeldAt                *time.Time `json:"held_at"`
-	ApprovedAt            *time.Time `json:"approved_at"`
-	LookupRequired        bool       `json:"lookup_required"`
-	ResolvedBy            *string    `json:"resolved_by"`
-	AttemptCount          int        `json:"attempt_count"`
-	FirstAttemptedAt      *time.Time `json:"first_attempted_at"`
-	LastAttemptedAt       *time.Time `json:"last_attempted_at"`
-	CreatedAt             time.Time  `json:"created_at"`
-	UpdatedAt             time.Time  `json:"updated_at"`
-}
+// chargeResponse is a charge as the API shows it (and as notifications
+// carry it).
+type chargeResponse = ledger.PublicCharge
 
-func newChargeResponse(c *ledger.Charge) chargeResponse {
-	var held *string
-	if c.HeldReason != nil {
-		held = (*string)(c.HeldReason)
-	}
-	return chargeResponse{
-		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: string(c.Status), AmountCents: c.AmountCents,
-		Currency: c.Currency, EventCount: c.EventCount, StripeCustomerID: c.StripeCustomerID,
-		StripePaymentMethodID: c.StripePaymentMethodID, StripePaymentIntentID: c.StripePaymentIntentID,
-		StripeChargeID: c.StripeChargeID, ChargeKey: c.ChargeKey, KeyGeneration: c.KeyGeneration,
-		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: held,
-		HeldDetail: c.HeldDetail, HeldAt: c.HeldAt, ApprovedAt: c.ApprovedAt, LookupRequired: c.LookupRequired,
-		ResolvedBy: c.ResolvedBy, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
-		LastAttemptedAt: c.LastAttemptedAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-	}
-}
+func newChargeResponse(c *ledger.Charge) chargeResponse { return c.Public() }
 
 // handleChargeList lists charges newest first: ?status=, ?customer_id=,
 // ?limit= (default 50, at most 500) and ?starting_after=<next_cursor>. A
@@ -97,12 +56,12 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	})
 }
 
-// chargeID returns the request's {id}, or a *ledger.ValidationError when it
-// is not a whole number.
-func chargeID(r *http.Request) (int64, error) {
+// pathID returns the request's {id}, or a *ledger.ValidationError when it
+// is not a whole number: what names the kind of id ("charge").
+func pathID(r *http.Request, what string) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
-		return 0, &ledger.ValidationError{Fields: map[string]string{"id": "must be a charge id, a whole number"}}
+		return 0, &ledger.ValidationError{Fields: map[string]string{"id": "must be a " + what + " id, a whole number"}}
 	}
 	return id, nil
 }
@@ -163,7 +122,7 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		Actions     []operatorActionResponse `json:"actions"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := chargeID(r)
+		id, err := pathID(r, "charge")
 		if err != nil {
 			writeError(logger, w, r, err)
 			return

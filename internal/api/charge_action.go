@@ -55,7 +55,7 @@ func handleChargeAction(logger *slog.Logger, act func(context.Context, ledger.Ch
 // the charge {id}, then the body decoded as a T (decode, at most
 // bodyLimitDefault bytes). It returns the first error, for writeError.
 func chargeActionRequest[T any](w http.ResponseWriter, r *http.Request) (int64, T, error) {
-	id, err := chargeID(r)
+	id, err := pathID(r, "charge")
 	if err != nil {
 		var zero T
 		return 0, zero, err

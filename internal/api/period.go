@@ -4,44 +4,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
 // periodResponse is a billing period as the API shows it.
-type periodResponse struct {
-	CustomerID  string     `json:"customer_id"`
-	Period      string     `json:"period"`
-	Status      string     `json:"status"`
-	Currency    string     `json:"currency"`
-	EventCount  int64      `json:"event_count"`
-	TotalCents  int64      `json:"total_cents"`
-	StartsAt    time.Time  `json:"starts_at"`
-	EndsAt      time.Time  `json:"ends_at"`
-	ClosesAt    time.Time  `json:"closes_at"`
-	ClosedAt    *time.Time `json:"closed_at"`
-	ChargeJobID *int64     `json:"charge_job_id"`
-	Charge      *struct {
-		ID     int64  `json:"id"`
-		Status string `json:"status"`
-	} `json:"charge"`
-}
+type periodResponse = ledger.PublicPeriod
 
-func newPeriodResponse(p *ledger.Period) periodResponse {
-	resp := periodResponse{
-		CustomerID: p.CustomerID, Period: p.Period, Status: p.Status, Currency: p.Currency,
-		EventCount: p.EventCount, TotalCents: p.TotalCents, StartsAt: p.StartsAt, EndsAt: p.EndsAt,
-		ClosesAt: p.ClosesAt, ClosedAt: p.ClosedAt, ChargeJobID: p.ChargeJobID,
-	}
-	if p.ChargeID != nil {
-		resp.Charge = &struct {
-			ID     int64  `json:"id"`
-			Status string `json:"status"`
-		}{*p.ChargeID, *p.ChargeStatus}
-	}
-	return resp
-}
+func newPeriodResponse(p *ledger.Period) periodResponse { return p.Public() }
 
 // handlePeriodList lists a customer's periods newest first, a page at a time
 // like handleChargeList: ?limit= (default 50, at most 500) and

@@ -39,6 +39,11 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("POST /v1/admin/charging/pause", auth(ledger.ScopeAdmin, handleChargingPause(logger, l)))
 	mux.Handle("POST /v1/admin/charging/resume", auth(ledger.ScopeAdmin, handleChargingResume(logger, l)))
 
+	mux.Handle("POST /v1/webhook-endpoints", auth(ledger.ScopeAdmin, handleWebhookEndpointCreate(logger, l)))
+	mux.Handle("GET /v1/webhook-endpoints", auth(ledger.ScopeAdmin, handleWebhookEndpointList(logger, l)))
+	mux.Handle("DELETE /v1/webhook-endpoints/{id}", auth(ledger.ScopeAdmin, handleWebhookEndpointDelete(logger, l)))
+	mux.Handle("POST /v1/webhook-endpoints/{id}/rotate-secret", auth(ledger.ScopeAdmin, handleWebhookEndpointRotateSecret(logger, l)))
+
 	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, o.metrics, l.UsageEventRecord)))
 	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, o.metrics, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
 

@@ -94,6 +94,18 @@ type WorkerConfig struct {
 	// StripeEventStuckAfterDefault.
 	StripeEventStuckAfter time.Duration
 
+	// DeliveryWorkers is how many webhook deliveries are made at once.
+	// Default DeliveryWorkersDefault.
+	DeliveryWorkers int
+
+	// DeliveryTimeout bounds one delivery attempt. Default
+	// DeliveryTimeoutDefault.
+	DeliveryTimeout time.Duration
+
+	// DeliverToLoopback lets deliveries connect to loopback addresses
+	// (TALLY_WEBHOOKS_ALLOW_HTTP, development and tests).
+	DeliverToLoopback bool
+
 	// crashHook is passed to the charge worker (tests only).
 	crashHook func(point string) error
 
@@ -131,6 +143,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	config.StripeEventStuckAttempts = cmp.Or(config.StripeEventStuckAttempts, StripeEventStuckAttemptsDefault)
 	config.StripeEventStuckAfter = cmp.Or(config.StripeEventStuckAfter, StripeEventStuckAfterDefault)
 
+	config.DeliveryWorkers = cmp.Or(config.DeliveryWorkers, DeliveryWorkersDefault)
+	config.DeliveryTimeout = cmp.Or(config.DeliveryTimeout, DeliveryTimeoutDefault)
+
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger, livemode: config.Stripe.Livemode()})
@@ -141,6 +156,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	river.AddWorker(workers, &StripeEventRetentionWorker{
 		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
 	})
+	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout, config.DeliverToLoopback))
 	river.AddWorker(workers, &SweepWorker{
 		ledger: config.Ledger, logger: config.Logger, after: config.SweepAfter,
 		stuckAttempts: config.StripeEventStuckAttempts, stuckAfter: config.StripeEventStuckAfter,
@@ -152,6 +168,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 			QueueCharges:     {MaxWorkers: config.Concurrency},
 			QueueWebhooks:    {MaxWorkers: 10},
 			QueueMaintenance: {MaxWorkers: 2},
+			QueueDeliveries:  {MaxWorkers: config.DeliveryWorkers},
 		},
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(config.ReconcileInterval),

@@ -16,3 +16,8 @@ const (
 func SetCrashHook(c *WorkerConfig, hook func(point string) error) { c.crashHook = hook }
 
 func SetRetryLaterSnooze(c *WorkerConfig, d time.Duration) { c.retryLaterSnooze = d }
+
+var (
+	DeliveryAddressForbidden = deliveryAddressForbidden
+	DeliveryClient           = deliveryClient
+)

@@ -63,6 +63,16 @@ func (s Scheduler) StripeEventJobInsertTx(ctx context.Context, tx pgx.Tx, eventI
 	return res.Job.ID, nil
 }
 
+// WebhookDeliveryJobInsertTx inserts the webhook_delivery job of delivery
+// deliveryID in tx and returns its id.
+func (s Scheduler) WebhookDeliveryJobInsertTx(ctx context.Context, tx pgx.Tx, deliveryID int64) (int64, error) {
+	res, err := s.Client.InsertTx(ctx, tx, WebhookDeliveryArgs{DeliveryID: deliveryID}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting job of webhook delivery %d: %w", deliveryID, err)
+	}
+	return res.Job.ID, nil
+}
+
 // ChargeResolveJobInsertTx inserts the charge_resolve job of an operator's
 // resolve in tx and returns its id.
 func (s Scheduler) ChargeResolveJobInsertTx(ctx context.Context, tx pgx.Tx, p ledger.ChargeResolveJob) (int64, error) {

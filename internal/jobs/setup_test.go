@@ -78,6 +78,7 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	config := jobs.WorkerConfig{
 		Ledger: b.Ledger, Stripe: b.stripe, StripeTimeout: b.stripeTimeout, Concurrency: 10,
 		Logger: b.Logger, RetryPolicy: fastRetry{},
+		DeliverToLoopback: true, // the tests' webhook receivers listen on 127.0.0.1
 	}
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)

@@ -51,6 +51,7 @@ type adjustmentKind struct {
 	noun     string // names the kind in errors: "refund"
 	table    string // billing.refunds
 	idColumn string // stripe_refund_id
+	notify   string // the notification of a new one: charge.refunded
 
 	// eventIDRequired says that table's stripe_event_id is NOT NULL, so
 	// the object row keeps EventID as it is; otherwise an empty EventID
@@ -70,12 +71,23 @@ type adjustmentKind struct {
 // is known already, else the charge paid by its Stripe charge or
 // PaymentIntent (ErrNotFound when neither is Tally's); then its status. It
 // reports whether the status row is new.
+//
+// It runs in the caller's transaction (a Stripe event's job) and writes the
+// notification of a new adjustment there (notifyingTx).
 func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, p ChargeAdjustmentParams) (bool, error) {
-	chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
+	var created bool
+	err := l.notifyingTx(ctx, tx, func(tx pgx.Tx) error {
+		chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
+		if err != nil {
+			return err
+		}
+		created, err = l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
-	return l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
+	return created, nil
 }
 
 // adjustmentRecordChargeTx records what p shows of an adjustment of kind k
@@ -88,20 +100,24 @@ func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx pgx.Tx, k *adj
 	if k.eventIDRequired {
 		eventID = p.EventID
 	}
-	if _, err := tx.Exec(ctx, `
+	tag, err := tx.Exec(ctx, `
 INSERT INTO `+k.table+` (`+k.idColumn+`, charge_id, stripe_charge_id, stripe_payment_intent_id,
        amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (`+k.idColumn+`) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, eventID); err != nil {
+		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, eventID)
+	if err != nil {
 		return false, fmt.Errorf("error recording %s %s: %w", k.noun, p.StripeID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		recordNotice(tx, notice{typ: k.notify, chargeID: chargeID})
 	}
 	if p.Status == "" {
 		return false, nil
 	}
 	args := append([]any{p.StripeID, p.Status, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now},
 		k.statusArgs(&p)...)
-	tag, err := tx.Exec(ctx, k.statusSQL, args...)
+	tag, err = tx.Exec(ctx, k.statusSQL, args...)
 	if err != nil {
 		return false, fmt.Errorf("error recording status %s of %s %s: %w", p.Status, k.noun, p.StripeID, err)
 	}

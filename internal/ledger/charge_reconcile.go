@@ -101,8 +101,16 @@ func (l *Ledger) ChargeReconcile(ctx context.Context, p ChargeReconcileParams) (
 // (AlertIfHeld). It returns ErrNotFound when no charge matches (a
 // PaymentIntent Tally did not create).
 func (l *Ledger) ChargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeReconcileParams) (Applied, error) {
-	_, applied, err := l.chargeReconcileTx(ctx, tx, p)
-	return applied, err
+	var applied Applied
+	err := l.notifyingTx(ctx, tx, func(tx pgx.Tx) error {
+		var err error
+		_, applied, err = l.chargeReconcileTx(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return Applied{}, err
+	}
+	return applied, nil
 }
 
 // chargeReconcileTx is ChargeReconcileTx; it also returns the charge as it

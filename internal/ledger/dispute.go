@@ -65,6 +65,7 @@ func scanDispute(row pgx.Row) (*Dispute, error) {
 // evidence.
 var disputeKind = adjustmentKind{
 	noun: "dispute", table: "billing.disputes", idColumn: "stripe_dispute_id", eventIDRequired: true,
+	notify: NotifyChargeDisputed,
 	statusSQL: `
 INSERT INTO billing.dispute_events (stripe_dispute_id, status, stripe_event_id, stripe_event_type, observed_at,
                                     recorded_at, amount_cents, evidence_due_by)

@@ -1,7 +1,37 @@
 package ledger
 
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // Statements whose plans tests hold to an index.
 const (
 	UsageEventInsertOpenSQL = usageEventInsertOpenSQL
 	ChargeHistorySQL        = chargeHistorySQL
 )
+
+// PeriodCloseInSavepoint closes a period inside a savepoint of a ledger
+// transaction that commits, the savepoint rolled back when rollback: a
+// notice recorded in a savepoint must be written exactly when the savepoint
+// is.
+func (l *Ledger) PeriodCloseInSavepoint(ctx context.Context, p PeriodCloseParams, rollback bool) error {
+	errRollback := errors.New("roll the savepoint back")
+	return l.withTx(ctx, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			if _, err := l.periodCloseTx(ctx, sp, l.now(), p); err != nil {
+				return err
+			}
+			if rollback {
+				return errRollback
+			}
+			return nil
+		})
+		if errors.Is(err, errRollback) {
+			return nil
+		}
+		return err
+	})
+}

@@ -66,6 +66,10 @@ type Scheduler interface {
 	// PaymentIntent, refund the others, settle the charge.
 	ChargeResolveJobInsertTx(ctx context.Context, tx pgx.Tx, p ChargeResolveJob) (jobID int64, err error)
 
+	// WebhookDeliveryJobInsertTx inserts the job that delivers webhook
+	// delivery deliveryID, and returns its id.
+	WebhookDeliveryJobInsertTx(ctx context.Context, tx pgx.Tx, deliveryID int64) (jobID int64, err error)
+
 	// ChargingPausedTx returns since when the charge queue is paused (the
 	// kill switch), or nil when it is not.
 	ChargingPausedTx(ctx context.Context, tx pgx.Tx) (*time.Time, error)
@@ -113,6 +117,10 @@ type Config struct {
 	// APIKeyCacheTTL is how long an authenticated API key is trusted
 	// without reading Postgres again. Default APIKeyCacheTTLDefault.
 	APIKeyCacheTTL time.Duration
+
+	// WebhooksAllowHTTP lets webhook endpoints use plain http to a
+	// loopback host (TALLY_WEBHOOKS_ALLOW_HTTP, for development).
+	WebhooksAllowHTTP bool
 
 	// OnChargeTransition, when set, is told of every charge status change
 	// (from is "" for a charge's creation) once its transaction committed:
@@ -216,14 +224,18 @@ const txAttemptsMax = 5
 //
 // The charge transitions fn logs (transitionTx) are reported to
 // Config.OnChargeTransition once the transaction has committed, never for
-// one rolled back.
+// one rolled back; the notifications of what fn changed (notification.go)
+// are written in the transaction, before it commits.
 func (l *Ledger) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= txAttemptsMax; attempt++ {
 		var rec *recordingTx
 		err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 			rec = &recordingTx{Tx: tx}
-			return fn(rec)
+			if err := fn(rec); err != nil {
+				return err
+			}
+			return l.notifyTx(ctx, rec, l.now())
 		})
 		if err == nil && l.config.OnChargeTransition != nil {
 			for _, t := range rec.transitions {
@@ -239,10 +251,39 @@ func (l *Ledger) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // recordingTx is a ledger transaction that remembers the charge transitions
-// logged in it, for withTx to report once it commits.
+// logged in it, for withTx to report once it commits, and the changes its
+// notifications report (notices). A savepoint begun in it is one too, whose
+// records join its parent's when it is released, and vanish with it when it
+// is rolled back.
 type recordingTx struct {
 	pgx.Tx
+	parent      *recordingTx
 	transitions [][2]string // (from, to); from is "" for a charge's creation
+	notices     []notice
+}
+
+// Begin starts a savepoint that records like tx.
+func (tx *recordingTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	sp, err := tx.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingTx{Tx: sp, parent: tx}, nil
+}
+
+// Commit commits (releases a savepoint) and hands the savepoint's records to
+// its parent.
+func (tx *recordingTx) Commit(ctx context.Context) error {
+	if err := tx.Tx.Commit(ctx); err != nil {
+		return err
+	}
+	if p := tx.parent; p != nil {
+		p.transitions = append(p.transitions, tx.transitions...)
+		for _, n := range tx.notices {
+			recordNotice(p, n)
+		}
+	}
+	return nil
 }
 
 // recordTransition remembers a transition logged in tx, when tx is a

@@ -40,6 +40,10 @@ type OperationsState struct {
 
 	// ChargingPausedSince is when an operator paused charging, or nil.
 	ChargingPausedSince *time.Time
+
+	// WebhookEndpointsDisabled counts the webhook endpoints disabled for
+	// failing: nothing is sent to them until an operator enables them.
+	WebhookEndpointsDisabled int64
 }
 
 // OperationsStateGet reads the OperationsState in one read-only
@@ -51,8 +55,9 @@ func (l *Ledger) OperationsStateGet(ctx context.Context) (*OperationsState, erro
 SELECT now(),
        (SELECT min(closes_at) FROM billing.periods WHERE status = 'open' AND closes_at < now()),
        (SELECT min(created_at) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')),
-       (SELECT min(received_at) FROM billing.stripe_events WHERE status IN ('received', 'failed'))`).Scan(
-			&st.Now, &st.CloseOverdueSince, &st.UnsettledSince, &st.StripeEventSince); err != nil {
+       (SELECT min(received_at) FROM billing.stripe_events WHERE status IN ('received', 'failed')),
+       (SELECT count(*) FROM billing.webhook_endpoints WHERE disabled_at IS NOT NULL AND deleted_at IS NULL)`).Scan(
+			&st.Now, &st.CloseOverdueSince, &st.UnsettledSince, &st.StripeEventSince, &st.WebhookEndpointsDisabled); err != nil {
 			return fmt.Errorf("error reading the oldest work in flight: %w", err)
 		}
 		var status ChargeStatus

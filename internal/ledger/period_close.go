@@ -177,6 +177,7 @@ UPDATE billing.periods SET status = 'closed', closed_at = $3
 WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
 			return nil, fmt.Errorf("error closing period: %w", err)
 		}
+		recordNotice(tx, notice{typ: NotifyPeriodClosed, customerID: p.CustomerID, period: p.Period})
 	}
 	if p.RunChargeJobNow {
 		if err := l.chargeJobRunNowTx(ctx, tx, p.CustomerID, p.Period, jobID); err != nil {

@@ -53,7 +53,7 @@ func scanRefund(row pgx.Row) (*Refund, error) {
 // refundKind records refunds in billing.refunds and their statuses in
 // billing.refund_events, with a failed refund's failure_reason.
 var refundKind = adjustmentKind{
-	noun: "refund", table: "billing.refunds", idColumn: "stripe_refund_id",
+	noun: "refund", table: "billing.refunds", idColumn: "stripe_refund_id", notify: NotifyChargeRefunded,
 	statusSQL: `
 INSERT INTO billing.refund_events (stripe_refund_id, status, stripe_event_id, stripe_event_type, observed_at,
                                    recorded_at, failure_reason)

@@ -217,3 +217,18 @@ func TestDisputeStatus(t *testing.T) {
 		require.ErrorContains(t, err, "append-only")
 	})
 }
+
+func TestAdjustmentNotified(t *testing.T) {
+	t.Parallel()
+	ctx, b, c := adjustmentBundle(t)
+	b.subscribe(t, ctx, ledger.NotifyChargeRefunded, ledger.NotifyChargeDisputed)
+
+	// One notification per refund and per dispute, however many events
+	// show them, written in the event's transaction.
+	recordRefund(t, ctx, b, refundEvent("evt_1", "refund.created", "pending", t0),
+		refundEvent("evt_2", "charge.refund.updated", "succeeded", t0.Add(time.Minute)))
+	recordDispute(t, ctx, b, disputeEvent("evt_3", "charge.dispute.created", "needs_response", t0),
+		disputeEvent("evt_4", "charge.dispute.closed", "lost", t0.Add(time.Hour)))
+	require.ElementsMatch(t, []string{ledger.NotifyChargeRefunded, ledger.NotifyChargeDisputed}, b.notifications(t, ctx))
+	require.Equal(t, int64(2), b.Count(t, `SELECT count(*) FROM billing.notifications WHERE (body->'data'->'object'->>'id')::bigint = $1`, c.ID))
+}

@@ -21,6 +21,7 @@ type State struct {
 	StripeEvents             map[string]float64    // webhook events received (not processed) and failed
 	StripeEventOldestSeconds float64               // the oldest of those
 	ChargingPaused           bool                  // the kill switch
+	WebhookEndpointsDisabled float64               // webhook endpoints disabled for failing
 	AgeSeconds               float64               // how old the counts were when read (a shared snapshot's age)
 }
 
@@ -67,6 +68,7 @@ func NewStateCollector(read StateFunc, interval time.Duration, logger *slog.Logg
 			"stripe_events":  desc("tally_stripe_webhook_events", "Stripe webhook events not processed, by status (received, failed).", "status"),
 			"stripe_oldest":  desc("tally_stripe_webhook_event_oldest_seconds", "Age of the oldest Stripe webhook event not processed (0: none)."),
 			"paused":         desc("tally_charging_paused", "1 while an operator has paused charging (the kill switch), else 0."),
+			"hooks_disabled": desc("tally_webhook_endpoints_disabled", "Webhook endpoints disabled for failing: nothing is sent to them until billingctl webhooks enable."),
 			"state_age":      desc("tally_state_age_seconds", "Age of the state these gauges show (the shared snapshot's age plus the time since this replica read it)."),
 			"state_interval": desc("tally_state_interval_seconds", "How often the state gauges are read from Postgres, at most."),
 		},
@@ -131,6 +133,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		paused = 1
 	}
 	gauge("paused", paused)
+	gauge("hooks_disabled", st.WebhookEndpointsDisabled)
 	gauge("state_age", st.AgeSeconds+time.Since(readAt).Seconds())
 	gauge("state_interval", c.interval.Seconds())
 }

@@ -1,0 +1,231 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notification types: what Tally tells the producer through its webhook
+// endpoints (GitHub issue 14). NotificationTypes lists every one an endpoint
+// may subscribe to; "*" subscribes to all.
+const (
+	NotifyChargeSucceeded      = "charge.succeeded"
+	NotifyChargeFailed         = "charge.failed"
+	NotifyChargePastDue        = "charge.past_due"
+	NotifyChargeUncollectible  = "charge.uncollectible"
+	NotifyChargeHeld           = "charge.held"
+	NotifyChargeCarriedForward = "charge.carried_forward"
+	NotifyChargeCanceled       = "charge.canceled"
+	NotifyChargeRefunded       = "charge.refunded"
+	NotifyChargeDisputed       = "charge.disputed"
+	NotifyPeriodClosed         = "period.closed"
+	NotifyUsageThreshold       = "usage.threshold_reached"
+
+	// NotifyAll subscribes an endpoint to every type.
+	NotifyAll = "*"
+)
+
+// NotificationTypes are the types an endpoint may subscribe to.
+var NotificationTypes = []string{
+	NotifyChargeSucceeded, NotifyChargeFailed, NotifyChargePastDue, NotifyChargeUncollectible,
+	NotifyChargeHeld, NotifyChargeCarriedForward, NotifyChargeCanceled, NotifyChargeRefunded,
+	NotifyChargeDisputed, NotifyPeriodClosed, NotifyUsageThreshold,
+}
+
+// NotificationAPIVersion is the version of the objects a notification
+// carries: the public API's.
+const NotificationAPIVersion = "v1"
+
+// chargeNotification is the type a charge's move to status sends, or "".
+func chargeNotification(status ChargeStatus) string {
+	switch status {
+	case ChargeSucceeded:
+		return NotifyChargeSucceeded
+	case ChargeFailed:
+		return NotifyChargeFailed
+	case ChargeHeld:
+		return NotifyChargeHeld
+	case ChargeCarriedForward:
+		return NotifyChargeCarriedForward
+	case ChargeCanceled:
+		return NotifyChargeCanceled
+	}
+	return ""
+}
+
+// notice is a change a transaction made that a notification reports, once
+// the transaction is about to commit (notifyTx): the object is read then, as
+// the transaction leaves it.
+type notice struct {
+	typ        string
+	chargeID   int64  // charge.* notices
+	customerID string // period.closed
+	period     string // period.closed
+}
+
+// recordNotice remembers n in tx, for the notifications written before tx
+// commits. Every ledger transaction is a recordingTx (withTx, notifyingTx).
+func recordNotice(tx pgx.Tx, n notice) {
+	if rec, ok := tx.(*recordingTx); ok && !slices.Contains(rec.notices, n) {
+		rec.notices = append(rec.notices, n)
+	}
+}
+
+// notifyingTx runs fn in tx, a transaction the caller opened, and writes the
+// notifications of what fn changed before returning: for the exported Tx
+// methods, whose transactions withTx does not open.
+func (l *Ledger) notifyingTx(ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) error) error {
+	if _, ok := tx.(*recordingTx); ok {
+		return fn(tx) // the transaction that opened it writes them
+	}
+	rec := &recordingTx{Tx: tx}
+	if err := fn(rec); err != nil {
+		return err
+	}
+	return l.notifyTx(ctx, rec, l.now())
+}
+
+// notifyTx writes, in rec's transaction, a notification for each notice
+// recorded in it that an endpoint subscribes to, one delivery per such
+// endpoint and each delivery's job: a notification exists if and only if the
+// change it reports committed.
+func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) error {
+	if len(rec.notices) == 0 {
+		return nil
+	}
+	endpoints, err := webhookSubscriptionsTx(ctx, rec)
+	if err != nil || len(endpoints) == 0 {
+		return err
+	}
+	for _, n := range rec.notices {
+		var to []subscription
+		for _, e := range endpoints {
+			if slices.Contains(e.events, n.typ) || slices.Contains(e.events, NotifyAll) {
+				to = append(to, e)
+			}
+		}
+		if len(to) == 0 {
+			continue
+		}
+		object, err := noticeObjectTx(ctx, rec, n)
+		if err != nil {
+			return err
+		}
+		if err := l.notificationInsertTx(ctx, rec, now, n.typ, object, to); err != nil {
+			return err
+		}
+	}
+	rec.notices = nil
+	return nil
+}
+
+type subscription struct {
+	id       int64
+	events   []string
+	disabled bool // for failing: its deliveries are written failed, unsent, for a redelivery once it is enabled
+}
+
+func webhookSubscriptionsTx(ctx context.Context, tx pgx.Tx) ([]subscription, error) {
+	rows, err := tx.Query(ctx, `SELECT id, events, disabled_at IS NOT NULL FROM billing.webhook_endpoints WHERE deleted_at IS NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("error reading webhook endpoints: %w", err)
+	}
+	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (subscription, error) {
+		var s subscription
+		err := row.Scan(&s.id, &s.events, &s.disabled)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading webhook endpoints: %w", err)
+	}
+	return subs, nil
+}
+
+// noticeObjectTx reads the object n reports, as the public API shows it.
+func noticeObjectTx(ctx context.Context, tx pgx.Tx, n notice) (any, error) {
+	if n.chargeID != 0 {
+		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, n.chargeID))
+		if err != nil {
+			return nil, fmt.Errorf("error reading charge %d to notify: %w", n.chargeID, err)
+		}
+		return c.Public(), nil
+	}
+	p, err := scanPeriod(tx.QueryRow(ctx, periodSelectSQL+`
+WHERE p.customer_id = $1 AND p.period = $2`, n.customerID, n.period))
+	if err != nil {
+		return nil, fmt.Errorf("error reading period %s/%s to notify: %w", n.customerID, n.period, err)
+	}
+	return p.Public(), nil
+}
+
+// NotificationBody is what a webhook delivery posts: a notification.
+type NotificationBody struct {
+	// ID is stable across retries and redeliveries: a receiver drops
+	// duplicates by it.
+	ID         string    `json:"id"`
+	Type       string    `json:"type"`
+	CreatedAt  time.Time `json:"created_at"`
+	APIVersion string    `json:"api_version"`
+	Data       struct {
+		Object json.RawMessage `json:"object"`
+	} `json:"data"`
+}
+
+func (l *Ledger) notificationInsertTx(ctx context.Context, tx pgx.Tx, now time.Time, typ string, object any, endpoints []subscription) error {
+	id, err := newNotificationID()
+	if err != nil {
+		return err
+	}
+	obj, err := json.Marshal(object)
+	if err != nil {
+		return fmt.Errorf("error encoding %s notification: %w", typ, err)
+	}
+	body := NotificationBody{ID: id, Type: typ, CreatedAt: now, APIVersion: NotificationAPIVersion}
+	body.Data.Object = obj
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("error encoding %s notification: %w", typ, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO billing.notifications (id, type, body, created_at) VALUES ($1, $2, $3, $4)`,
+		id, typ, raw, now); err != nil {
+		return fmt.Errorf("error writing %s notification: %w", typ, err)
+	}
+	if l.config.Scheduler == nil {
+		return errors.New("no scheduler to deliver webhooks with")
+	}
+	for _, e := range endpoints {
+		status := DeliveryPending
+		if e.disabled {
+			status = DeliveryFailed
+		}
+		var deliveryID int64
+		if err := tx.QueryRow(ctx, `
+INSERT INTO billing.webhook_deliveries (notification_id, endpoint_id, status, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $4) RETURNING id`, id, e.id, status, now).Scan(&deliveryID); err != nil {
+			return fmt.Errorf("error writing delivery of %s to endpoint %d: %w", id, e.id, err)
+		}
+		if e.disabled {
+			continue
+		}
+		if _, err := l.config.Scheduler.WebhookDeliveryJobInsertTx(ctx, tx, deliveryID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newNotificationID() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("error generating a notification id: %w", err)
+	}
+	return "ntf_" + hex.EncodeToString(b), nil
+}

@@ -1,0 +1,233 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tally-billing/tally/internal/webhook"
+)
+
+// WebhookEndpoint is where Tally posts the notifications of the types it
+// subscribes to (notification.go), signed with its secret
+// (internal/webhook).
+type WebhookEndpoint struct {
+	ID          int64
+	URL         string
+	Events      []string
+	Description string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+
+	// DisabledAt is set while the endpoint is disabled for failing: nothing
+	// is sent to it until WebhookEndpointEnable.
+	DisabledAt     *time.Time
+	DisabledReason *string
+
+	// Secrets sign a delivery: the current secret, and the previous one
+	// until PreviousSecretUntil after a rotation. Only the endpoint's
+	// creation and a rotation show a secret to the API.
+	Secret              string
+	PreviousSecret      *string
+	PreviousSecretUntil *time.Time
+}
+
+// SigningSecrets are the secrets that sign a delivery at now.
+func (e *WebhookEndpoint) SigningSecrets(now time.Time) []string {
+	s := []string{e.Secret}
+	if e.PreviousSecret != nil && e.PreviousSecretUntil != nil && now.Before(*e.PreviousSecretUntil) {
+		s = append(s, *e.PreviousSecret)
+	}
+	return s
+}
+
+// WebhookEndpointCreateParams are the fields of WebhookEndpointCreate.
+type WebhookEndpointCreateParams struct {
+	URL         string
+	Events      []string // NotificationTypes, or NotifyAll
+	Description string
+}
+
+// webhookDescriptionMax bounds an endpoint's description.
+const webhookDescriptionMax = 500
+
+func (p *WebhookEndpointCreateParams) validate(allowHTTP bool) error {
+	fe := fieldErrors{}
+	if why := webhookURLProblem(p.URL, allowHTTP); why != "" {
+		fe.add("url", "%s", why)
+	}
+	if len(p.Events) == 0 {
+		fe.add("events", "is required: a list of notification types, or [\"*\"] for all")
+	}
+	for _, e := range p.Events {
+		if e != NotifyAll && !slices.Contains(NotificationTypes, e) {
+			fe.add("events", "%q is not a notification type; one of %s, or \"*\"", e, strings.Join(NotificationTypes, ", "))
+		}
+	}
+	switch {
+	case len(p.Description) > webhookDescriptionMax:
+		fe.add("description", "must be at most %d bytes", webhookDescriptionMax)
+	case !utf8.ValidString(p.Description) || strings.ContainsRune(p.Description, 0):
+		fe.add("description", "must be valid UTF-8 text without NUL characters")
+	}
+	return fe.err()
+}
+
+// webhookURLProblem says what is wrong with u as a webhook endpoint's URL,
+// or "": https with a host, no credentials; plain http only to a loopback
+// host and only when allowHTTP (TALLY_WEBHOOKS_ALLOW_HTTP, for development).
+// Where the host resolves is checked at each delivery (internal/jobs).
+func webhookURLProblem(u string, allowHTTP bool) string {
+	parsed, err := url.Parse(u)
+	switch {
+	case u == "":
+		return "is required"
+	case len(u) > 2048:
+		return "must be at most 2048 bytes"
+	case !utf8.ValidString(u) || hasControl(u):
+		return "must be valid UTF-8 without control characters"
+	case err != nil || !parsed.IsAbs() || parsed.Host == "":
+		return "must be an absolute https URL, like https://example.com/tally/webhooks"
+	case parsed.User != nil:
+		return "must not carry credentials"
+	case parsed.Fragment != "":
+		return "must not have a fragment"
+	case parsed.Scheme == "https":
+		return ""
+	case parsed.Scheme == "http" && allowHTTP && isLoopbackHost(parsed.Hostname()):
+		return ""
+	case parsed.Scheme == "http" && allowHTTP:
+		return "may use http only to a loopback host (localhost, 127.0.0.1, ::1); use https"
+	}
+	return "must use https (http to a loopback host is allowed only with TALLY_WEBHOOKS_ALLOW_HTTP=true, for development)"
+}
+
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+const webhookEndpointColumns = `id, url, events, description, secret, previous_secret, previous_secret_until,
+       disabled_at, disabled_reason, created_at, updated_at`
+
+func scanWebhookEndpoint(row pgx.Row) (*WebhookEndpoint, error) {
+	var e WebhookEndpoint
+	if err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Secret, &e.PreviousSecret,
+		&e.PreviousSecretUntil, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// WebhookEndpointCreate registers an endpoint and returns it with its
+// signing secret, which only this answer and a rotation show.
+func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCreateParams) (*WebhookEndpoint, error) {
+	if err := p.validate(l.config.WebhooksAllowHTTP); err != nil {
+		return nil, err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+INSERT INTO billing.webhook_endpoints (url, events, description, secret, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5)
+RETURNING `+webhookEndpointColumns, p.URL, p.Events, p.Description, secret, l.now()))
+	if err != nil {
+		return nil, fmt.Errorf("error creating webhook endpoint: %w", err)
+	}
+	return e, nil
+}
+
+// WebhookEndpointList returns the endpoints not deleted, oldest first.
+func (l *Ledger) WebhookEndpointList(ctx context.Context) ([]*WebhookEndpoint, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+webhookEndpointColumns+`
+FROM billing.webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("error listing webhook endpoints: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*WebhookEndpoint, error) { return scanWebhookEndpoint(row) })
+	if err != nil {
+		return nil, fmt.Errorf("error listing webhook endpoints: %w", err)
+	}
+	return list, nil
+}
+
+// WebhookEndpointDelete deletes endpoint id: nothing more is sent to it, and
+// its deliveries not yet made are canceled. Its log stays. It returns
+// ErrNotFound when there is no such endpoint (or it was deleted).
+func (l *Ledger) WebhookEndpointDelete(ctx context.Context, id int64) error {
+	return l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		tag, err := tx.Exec(ctx, `
+UPDATE billing.webhook_endpoints SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, now)
+		if err != nil {
+			return fmt.Errorf("error deleting webhook endpoint %d: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound("webhook endpoint %d", id)
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE billing.webhook_deliveries SET status = 'canceled', updated_at = $2
+WHERE endpoint_id = $1 AND status = 'pending'`, id, now); err != nil {
+			return fmt.Errorf("error canceling deliveries to webhook endpoint %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// WebhookSecretGraceDefault is how long the previous secret of a rotated
+// endpoint keeps signing, so the producer can deploy the new one.
+const WebhookSecretGraceDefault = 24 * time.Hour
+
+// WebhookEndpointRotateSecret gives endpoint id a new secret and returns the
+// endpoint with it; the old one keeps signing for grace (both sign each
+// delivery meanwhile). It returns ErrNotFound when there is no such
+// endpoint.
+func (l *Ledger) WebhookEndpointRotateSecret(ctx context.Context, id int64, grace time.Duration) (*WebhookEndpoint, error) {
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	now := l.now()
+	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+UPDATE billing.webhook_endpoints
+SET previous_secret = secret, previous_secret_until = $3, secret = $2, updated_at = $4
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING `+webhookEndpointColumns, id, secret, now.Add(grace), now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("webhook endpoint %d", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error rotating the secret of webhook endpoint %d: %w", id, err)
+	}
+	return e, nil
+}
+
+// WebhookEndpointEnable enables endpoint id again after it was disabled for
+// failing; the notifications written meanwhile were not sent to it
+// (WebhookRedeliver sends them). It returns the endpoint, or ErrNotFound.
+func (l *Ledger) WebhookEndpointEnable(ctx context.Context, id int64) (*WebhookEndpoint, error) {
+	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+UPDATE billing.webhook_endpoints SET disabled_at = NULL, disabled_reason = NULL, updated_at = $2
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING `+webhookEndpointColumns, id, l.now()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("webhook endpoint %d", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error enabling webhook endpoint %d: %w", id, err)
+	}
+	return e, nil
+}
