@@ -79,6 +79,7 @@ type config struct {
 	WebhooksAllowHTTP    bool          // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
 	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
 	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
+	ThresholdInterval    time.Duration // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
 	LogLevel             slog.Level
 	ShutdownTimeout      time.Duration
 }
@@ -146,6 +147,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
 		WebhookWorkers:       int(integer("TALLY_WEBHOOK_WORKERS", jobs.DeliveryWorkersDefault, 1, 1000)),
 		WebhookTimeout:       duration("TALLY_WEBHOOK_TIMEOUT", jobs.DeliveryTimeoutDefault),
+		ThresholdInterval:    duration("TALLY_USAGE_THRESHOLD_INTERVAL", jobs.UsageThresholdIntervalDefault),
 	}
 	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the
 	// default of each pool's own variable.

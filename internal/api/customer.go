@@ -15,6 +15,7 @@ type customerResponse struct {
 	StripePaymentMethodID *string   `json:"stripe_payment_method_id"`
 	Currency              string    `json:"currency"`
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
+	UsageAlertThresholds  []int64   `json:"usage_alert_thresholds_cents"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
 
@@ -24,10 +25,14 @@ type customerResponse struct {
 }
 
 func newCustomerResponse(c *ledger.Customer) customerResponse {
+	thresholds := c.UsageAlertThresholdsCents
+	if thresholds == nil {
+		thresholds = []int64{}
+	}
 	return customerResponse{
 		CustomerID: c.ID, StripeCustomerID: c.StripeCustomerID, StripePaymentMethodID: c.StripePaymentMethodID,
-		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-		CarriedForwardCents: c.CarriedForwardCents,
+		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, UsageAlertThresholds: thresholds,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, CarriedForwardCents: c.CarriedForwardCents,
 	}
 }
 
@@ -39,6 +44,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		StripePaymentMethodID *string `json:"stripe_payment_method_id"`
 		Currency              string  `json:"currency"`
 		MaxChargeCents        *int64  `json:"max_charge_cents"`
+		UsageAlertThresholds  []int64 `json:"usage_alert_thresholds_cents"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[request](w, r, bodyLimitDefault)
@@ -49,6 +55,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		c, created, err := l.CustomerPut(r.Context(), ledger.CustomerPutParams{
 			ID: r.PathValue("customer_id"), StripeCustomerID: req.StripeCustomerID,
 			StripePaymentMethodID: req.StripePaymentMethodID, Currency: req.Currency, MaxChargeCents: req.MaxChargeCents,
+			UsageAlertThresholdsCents: req.UsageAlertThresholds,
 		})
 		if err != nil {
 			writeError(logger, w, r, err)

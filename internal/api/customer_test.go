@@ -18,6 +18,7 @@ type customerBody struct {
 	StripePaymentMethodID *string   `json:"stripe_payment_method_id"`
 	Currency              string    `json:"currency"`
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
+	UsageAlertThresholds  []int64   `json:"usage_alert_thresholds_cents"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
 }
@@ -58,6 +59,7 @@ func TestCustomerPut(t *testing.T) {
 		require.Equal(t, "pm_1", *c.StripePaymentMethodID)
 		require.Equal(t, "eur", c.Currency)
 		require.Equal(t, int64(50000), *c.MaxChargeCents)
+		require.Equal(t, []int64{}, c.UsageAlertThresholds)
 		require.True(t, c.CreatedAt.Equal(ledgertest.ClockStart))
 		require.True(t, c.UpdatedAt.Equal(ledgertest.ClockStart))
 		require.Equal(t, int64(1), b.Count(t, "SELECT count(*) FROM billing.customers WHERE customer_id = 'globex'"))
@@ -122,6 +124,18 @@ func TestCustomerPut(t *testing.T) {
 		require.True(t, c.CreatedAt.Equal(ledgertest.ClockStart))
 		require.True(t, c.UpdatedAt.Equal(ledgertest.ClockStart.Add(time.Hour)))
 		require.Equal(t, int64(1), b.Count(t, "SELECT count(*) FROM billing.customers"))
+	})
+
+	t.Run("UsageAlertThresholds", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, setupOpts{})
+		rec := b.do(http.MethodPut, "/v1/customers/acme",
+			`{"stripe_customer_id":"cus_acme","currency":"usd","usage_alert_thresholds_cents":[50000,10000,50000]}`)
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		require.Equal(t, []int64{10000, 50000}, decodeJSON[customerBody](t, rec).UsageAlertThresholds, "ascending, without repeats")
+		req := b.newRequest(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd","usage_alert_thresholds_cents":[0]}`)
+		p := requireInvalid(t, b.serve(req), "usage_alert_thresholds_cents")
+		require.Contains(t, p.Errors["usage_alert_thresholds_cents"], "between 1 and")
 	})
 
 	t.Run("WrongType", func(t *testing.T) {

@@ -94,6 +94,10 @@ type WorkerConfig struct {
 	// StripeEventStuckAfterDefault.
 	StripeEventStuckAfter time.Duration
 
+	// UsageThresholdInterval is how often the usage threshold scan runs.
+	// Default UsageThresholdIntervalDefault.
+	UsageThresholdInterval time.Duration
+
 	// DeliveryWorkers is how many webhook deliveries are made at once.
 	// Default DeliveryWorkersDefault.
 	DeliveryWorkers int
@@ -143,6 +147,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	config.StripeEventStuckAttempts = cmp.Or(config.StripeEventStuckAttempts, StripeEventStuckAttemptsDefault)
 	config.StripeEventStuckAfter = cmp.Or(config.StripeEventStuckAfter, StripeEventStuckAfterDefault)
 
+	config.UsageThresholdInterval = cmp.Or(config.UsageThresholdInterval, UsageThresholdIntervalDefault)
 	config.DeliveryWorkers = cmp.Or(config.DeliveryWorkers, DeliveryWorkersDefault)
 	config.DeliveryTimeout = cmp.Or(config.DeliveryTimeout, DeliveryTimeoutDefault)
 
@@ -156,6 +161,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	river.AddWorker(workers, &StripeEventRetentionWorker{
 		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
 	})
+	river.AddWorker(workers, &UsageThresholdScanWorker{ledger: config.Ledger, logger: config.Logger})
 	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout, config.DeliverToLoopback))
 	river.AddWorker(workers, &SweepWorker{
 		ledger: config.Ledger, logger: config.Logger, after: config.SweepAfter,
@@ -180,6 +186,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 			river.NewPeriodicJob(river.PeriodicInterval(config.SweepInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "sweep", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(config.UsageThresholdInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return UsageThresholdScanArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "usage_threshold_scan", RunOnStart: true}),
 		},
 		Workers: workers,
 		// Every job kind gets the charge job's timeout; River rescues a job

@@ -31,6 +31,8 @@ type testBundle struct {
 	stripeTimeout time.Duration
 	worker        *river.Client[pgx.Tx]
 	crash         *crashOnce
+
+	thresholdInterval time.Duration // setupOpts.thresholdInterval
 }
 
 // setupOpts is what a test asks of setup; the zero value is a worker that
@@ -40,6 +42,9 @@ type setupOpts struct {
 	crashAt       string
 	stripeTimeout time.Duration
 	webhooks      bool // the simulator sends signed webhooks to Tally's API
+
+	// thresholdInterval, when set, replaces the usage threshold scan's 20 s.
+	thresholdInterval time.Duration
 }
 
 // webhookSecret signs the simulator's webhooks in tests.
@@ -66,7 +71,8 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	}
 	stripe := stripeapi.New(stripeapi.Config{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
 	crash := &crashOnce{point: opts.crashAt}
-	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash}
+	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash,
+		thresholdInterval: opts.thresholdInterval}
 	bundle.worker = bundle.startWorker(t, ctx)
 	return ctx, bundle
 }
@@ -78,7 +84,8 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	config := jobs.WorkerConfig{
 		Ledger: b.Ledger, Stripe: b.stripe, StripeTimeout: b.stripeTimeout, Concurrency: 10,
 		Logger: b.Logger, RetryPolicy: fastRetry{},
-		DeliverToLoopback: true, // the tests' webhook receivers listen on 127.0.0.1
+		DeliverToLoopback:      true, // the tests' webhook receivers listen on 127.0.0.1
+		UsageThresholdInterval: b.thresholdInterval,
 	}
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -133,6 +134,24 @@ func TestWebhookDelivery(t *testing.T) {
 		b.customerWithEvents(t, ctx, "acme", 700)
 		b.closeNow(t, ctx, "acme")
 		require.Eventually(t, func() bool { return len(old.delivered()) == 1 }, waitTimeout, 20*time.Millisecond)
+	})
+
+	t.Run("UsageThresholdReached", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllowHTTP: true}, thresholdInterval: 200 * time.Millisecond})
+		r := b.endpoint(t, ctx, 0, ledger.NotifyUsageThreshold)
+		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
+			UsageAlertThresholdsCents: []int64{1000}})
+		require.NoError(t, err)
+		for i, amount := range []int64{400, 400, 400} {
+			_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: fmt.Sprint("e", i), AmountCents: amount})
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool { return len(r.delivered()) == 1 }, waitTimeout, 20*time.Millisecond)
+		var th ledger.PublicThreshold
+		require.NoError(t, json.Unmarshal(r.delivered()[0].Data.Object, &th))
+		require.Equal(t, int64(1000), th.ThresholdCents)
+		require.Equal(t, int64(1200), th.TotalCents)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,11 @@ type Customer struct {
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
 
+	// UsageAlertThresholdsCents are levels of a period's running total that
+	// send usage.threshold_reached once each (UsageThresholdScan),
+	// ascending.
+	UsageAlertThresholdsCents []int64
+
 	// CarriedForwardCents is what the customer's charges below Stripe's
 	// minimum carry forward, per currency, not yet billed by a later charge
 	// (set by CustomerGet).
@@ -33,6 +39,11 @@ type CustomerPutParams struct {
 	StripePaymentMethodID *string // optional; nil: the Stripe customer's default payment method
 	Currency              string  // ISO 4217, case-insensitive; stored lower-case
 	MaxChargeCents        *int64  // optional cap per period; nil: none
+
+	// UsageAlertThresholdsCents are the levels of a period's total to be
+	// told of (usage.threshold_reached); nil or empty: none. Stored sorted,
+	// without repeats.
+	UsageAlertThresholdsCents []int64
 }
 
 func (p *CustomerPutParams) validate() error {
@@ -46,16 +57,24 @@ func (p *CustomerPutParams) validate() error {
 	if m := p.MaxChargeCents; m != nil && (*m <= 0 || *m > AmountCentsMax) {
 		fe.add("max_charge_cents", "must be between 1 and %d, or omitted for no cap", AmountCentsMax)
 	}
+	if len(p.UsageAlertThresholdsCents) > UsageThresholdsMax {
+		fe.add("usage_alert_thresholds_cents", "has %d thresholds; send at most %d", len(p.UsageAlertThresholdsCents), UsageThresholdsMax)
+	}
+	for _, t := range p.UsageAlertThresholdsCents {
+		if t <= 0 || t > AmountCentsMax {
+			fe.add("usage_alert_thresholds_cents", "each threshold must be between 1 and %d; got %d", AmountCentsMax, t)
+		}
+	}
 	return fe.err()
 }
 
 const customerColumns = `customer_id, stripe_customer_id, stripe_payment_method_id, currency,
-       max_charge_cents, created_at, updated_at`
+       max_charge_cents, created_at, updated_at, usage_alert_thresholds_cents`
 
 func scanCustomer(row pgx.Row, extra ...any) (*Customer, error) {
 	var c Customer
 	dest := append([]any{&c.ID, &c.StripeCustomerID, &c.StripePaymentMethodID, &c.Currency,
-		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt}, extra...)
+		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt, &c.UsageAlertThresholdsCents}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -71,19 +90,24 @@ func (l *Ledger) CustomerPut(ctx context.Context, p CustomerPutParams) (*Custome
 	if err := p.validate(); err != nil {
 		return nil, false, err
 	}
+	thresholds := slices.Compact(slices.Sorted(slices.Values(p.UsageAlertThresholdsCents)))
+	if thresholds == nil {
+		thresholds = []int64{}
+	}
 	var created bool
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `
 INSERT INTO billing.customers AS c (customer_id, stripe_customer_id, stripe_payment_method_id,
-                                    currency, max_charge_cents, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $6)
+                                    currency, max_charge_cents, usage_alert_thresholds_cents, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $7, $6, $6)
 ON CONFLICT (customer_id) DO UPDATE
 SET stripe_customer_id = excluded.stripe_customer_id,
     stripe_payment_method_id = excluded.stripe_payment_method_id,
     currency = excluded.currency,
     max_charge_cents = excluded.max_charge_cents,
+    usage_alert_thresholds_cents = excluded.usage_alert_thresholds_cents,
     updated_at = excluded.updated_at
 RETURNING `+customerColumns+`, (xmax = 0)`,
-		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now()), &created)
+		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now(), thresholds), &created)
 	if err != nil {
 		return nil, false, fmt.Errorf("error saving customer %s: %w", p.ID, err)
 	}

@@ -67,8 +67,9 @@ func chargeNotification(status ChargeStatus) string {
 type notice struct {
 	typ        string
 	chargeID   int64  // charge.* notices
-	customerID string // period.closed
-	period     string // period.closed
+	customerID string // period.closed, usage.threshold_reached
+	period     string // period.closed, usage.threshold_reached
+	threshold  int64  // usage.threshold_reached
 }
 
 // recordNotice remembers n in tx, for the notifications written before tx
@@ -157,6 +158,9 @@ func noticeObjectTx(ctx context.Context, tx pgx.Tx, n notice) (any, error) {
 			return nil, fmt.Errorf("error reading charge %d to notify: %w", n.chargeID, err)
 		}
 		return c.Public(), nil
+	}
+	if n.threshold != 0 {
+		return usageThresholdTx(ctx, tx, n.customerID, n.period, n.threshold)
 	}
 	p, err := scanPeriod(tx.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, n.customerID, n.period))
