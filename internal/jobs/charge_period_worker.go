@@ -128,11 +128,12 @@ type chargeRun struct {
 	actor  string
 	logger *slog.Logger
 
-	paymentMethodID       string         // step 1b: the Stripe customer's default, for the claim to snapshot
-	paymentMethodLookedUp bool           // step 1b: it was looked up (paymentMethodID may still be empty)
-	lease                 *ledger.Claim  // steps 1a and 2, readied for the call by step 3
-	leasedAt              time.Time      // step 2, on the monotonic clock: how long the run has held the lease
-	outcome               ledger.Outcome // step 4
+	paymentMethodID string         // step 1b: the Stripe customer's default, for the claim to snapshot
+	paymentMethodOf string         // step 1b: the Stripe customer it was looked up for (paymentMethodID may be empty)
+	lookupErr       error          // step 1b: the look-up failed; the close goes on, the claim waits
+	lease           *ledger.Claim  // steps 1a and 2, readied for the call by step 3
+	leasedAt        time.Time      // step 2, on the monotonic clock: how long the run has held the lease
+	outcome         ledger.Outcome // step 4
 }
 
 func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
@@ -155,16 +156,19 @@ func (r *chargeRun) paymentMethod(ctx context.Context) step {
 	if stripeCustomer == "" {
 		return goOn
 	}
-	r.paymentMethodLookedUp = true
 	cust, err := r.w.stripe.CustomerGet(ctx, stripeCustomer)
-	if err != nil {
-		if stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed {
-			return goOn // e.g. no such customer: the create will fail the charge with Stripe's code
+	switch {
+	case err != nil && stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed:
+		r.paymentMethodOf = stripeCustomer // e.g. no such customer: the create will fail the charge with Stripe's code
+	case err != nil:
+		// The close goes on without it (the claim waits for it): a Stripe
+		// outage delays charges, not the close.
+		r.lookupErr = fmt.Errorf("error looking up default payment method of %s: %w", stripeCustomer, err)
+	default:
+		r.paymentMethodOf = stripeCustomer
+		if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
+			r.paymentMethodID = s.DefaultPaymentMethod.ID
 		}
-		return endRun(fmt.Errorf("error looking up default payment method of %s: %w", stripeCustomer, err))
-	}
-	if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
-		r.paymentMethodID = s.DefaultPaymentMethod.ID
 	}
 	return goOn
 }
@@ -179,7 +183,7 @@ func (r *chargeRun) closeClaim(ctx context.Context) step {
 		Close: ledger.PeriodCloseParams{CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor},
 		Claim: ledger.ChargeClaimParams{Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
 			PaymentMethodID: r.paymentMethodID},
-		PaymentMethodLookedUp: r.paymentMethodLookedUp,
+		PaymentMethodOf: r.paymentMethodOf,
 	})
 	var held *ledger.LeaseHeldError
 	switch {
@@ -191,8 +195,11 @@ func (r *chargeRun) closeClaim(ctx context.Context) step {
 		return r.pausedSnooze(ctx)
 	case err != nil:
 		return endRun(err)
+	case cc.NeedsPaymentMethod && r.lookupErr != nil:
+		return endRun(r.lookupErr) // River retries with backoff; the period is closed
 	case cc.NeedsPaymentMethod:
-		// The customer's payment method went away since step 1b read it.
+		// The customer's payment method or Stripe customer changed since
+		// step 1b read them.
 		r.logger.InfoContext(ctx, "charge needs its payment method looked up; snoozing", slog.Int64("charge_id", cc.Charge.ID))
 		return endRun(river.JobSnooze(time.Second))
 	case cc.Claim == nil:

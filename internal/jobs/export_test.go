@@ -20,4 +20,5 @@ func SetRetryLaterSnooze(c *WorkerConfig, d time.Duration) { c.retryLaterSnooze 
 var (
 	DeliveryAddressForbidden = deliveryAddressForbidden
 	DeliveryClient           = deliveryClient
+	TextExcerpt              = textExcerpt
 )

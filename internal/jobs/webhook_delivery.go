@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/riverqueue/river"
 
@@ -81,7 +81,9 @@ func (w *WebhookDeliveryWorker) Work(ctx context.Context, job *river.Job[Webhook
 	logger := w.logger.With(slog.Int64("delivery_id", d.ID), slog.String("notification_id", d.NotificationID),
 		slog.String("type", d.Type), slog.Int64("endpoint_id", d.Endpoint.ID), slog.Int("job_attempt", job.Attempt))
 	if d.EndpointGone {
-		return nil // its deletion canceled the delivery
+		// Written as the endpoint was deleted, after its deliveries were
+		// canceled: cancel this one too.
+		return w.ledger.WebhookDeliveryCancel(ctx, d.ID)
 	}
 	a := ledger.WebhookAttempt{DeliveryID: d.ID, StartedAt: w.now(), Last: true, Error: "not sent: the endpoint is disabled"}
 	if d.Endpoint.DisabledAt == nil {
@@ -137,13 +139,17 @@ func (w *WebhookDeliveryWorker) post(ctx context.Context, d *ledger.WebhookDeliv
 	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, deliveryExcerptMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	a.StatusCode = resp.StatusCode
-	if utf8.Valid(excerpt) {
-		a.Excerpt = string(excerpt)
-	}
+	a.Excerpt = textExcerpt(excerpt)
 	if !a.Delivered() {
 		a.Error = "answered " + resp.Status
 	}
 	return a
+}
+
+// textExcerpt is b as text Postgres stores: valid UTF-8 (a character cut
+// off at the end dropped), without NUL characters.
+func textExcerpt(b []byte) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(string(b), ""), "\x00", "")
 }
 
 // errForbiddenAddress is a delivery refused by the address it would reach.

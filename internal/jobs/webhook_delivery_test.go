@@ -191,3 +191,12 @@ func TestWebhookDeliveryClient(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusFound, resp.StatusCode)
 }
+
+func TestWebhookDeliveryExcerpt(t *testing.T) {
+	t.Parallel()
+	// What Postgres's text takes: no NUL, no invalid UTF-8, no character
+	// cut in half by the excerpt's limit.
+	require.Equal(t, "okdone", jobs.TextExcerpt([]byte("ok\x00done")))
+	require.Equal(t, "caf", jobs.TextExcerpt([]byte("caf\xc3")))
+	require.Equal(t, "café", jobs.TextExcerpt([]byte("café")))
+}

@@ -372,6 +372,7 @@ func TestChargeReconcile(t *testing.T) {
 	t.Run("SecondPaymentIntentOnSettledChargeIsAlerted", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, charge := closedCharge(t)
+		b.subscribe(t, ctx, ledger.NotifyChargeSucceeded)
 		_, _, _, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_A")
 		require.NoError(t, err)
 		c, changed, double, err := resolve(t, ctx, b, ledger.OutcomeSucceeded, "pi_B")
@@ -380,6 +381,8 @@ func TestChargeReconcile(t *testing.T) {
 		require.False(t, changed)
 		require.Equal(t, ledger.ChargeSucceeded, c.Status)
 		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_B%'`, charge.ID))
+		// The alert is a note on the same status, not a second success.
+		require.Equal(t, []string{ledger.NotifyChargeSucceeded}, b.notifications(t, ctx))
 	})
 
 	t.Run("UnknownCharge", func(t *testing.T) {

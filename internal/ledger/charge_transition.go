@@ -27,8 +27,8 @@ VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
 		return fmt.Errorf("error logging transition of charge %d to %s: %w", chargeID, to, err)
 	}
 	recordTransition(tx, from, to)
-	if typ := chargeNotification(to); typ != "" {
-		recordNotice(tx, notice{typ: typ, chargeID: chargeID})
+	if typ := chargeNotification(to); typ != "" && (from == nil || *from != to) {
+		recordNotice(tx, notice{typ: typ, chargeID: chargeID}) // a status change, not a note on the same status
 	}
 	return nil
 }

@@ -56,10 +56,11 @@ type PeriodCloseClaimParams struct {
 	// claimed).
 	Claim ChargeClaimParams
 
-	// PaymentMethodLookedUp says that the caller looked up the Stripe
-	// customer's default payment method (Claim.PaymentMethodID, empty when
-	// there is none), as ChargePaymentMethodNeeded asked.
-	PaymentMethodLookedUp bool
+	// PaymentMethodOf is the Stripe customer whose default payment method
+	// the caller looked up (Claim.PaymentMethodID, empty when it has none),
+	// as ChargePaymentMethodNeeded asked; "" when it looked up none. The
+	// claim snapshots it only for a charge of that Stripe customer.
+	PaymentMethodOf string
 }
 
 // ClosedClaim is what PeriodCloseClaim did.
@@ -73,8 +74,9 @@ type ClosedClaim struct {
 	Claim *Claim
 
 	// NeedsPaymentMethod is set when the charge has no payment method, was
-	// never attempted and the caller looked none up (the customer's changed
-	// since ChargePaymentMethodNeeded answered): the close is committed but
+	// never attempted and the caller looked none up for its Stripe customer
+	// (the look-up failed, or the customer changed since
+	// ChargePaymentMethodNeeded answered): the close is committed but
 	// nothing was claimed; look the payment method up and call again.
 	NeedsPaymentMethod bool
 }
@@ -100,7 +102,7 @@ func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams)
 			return err
 		}
 		out.Charge, p.Claim.ChargeID = c, c.ID
-		if c.Status.Chargeable() && c.StripePaymentMethodID == nil && c.FirstAttemptedAt == nil && !p.PaymentMethodLookedUp {
+		if c.Status.Chargeable() && c.StripePaymentMethodID == nil && c.FirstAttemptedAt == nil && p.PaymentMethodOf != c.StripeCustomerID {
 			out.NeedsPaymentMethod = true
 			return nil
 		}
@@ -192,6 +194,9 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading charge: %w", err)
+	}
+	if err := usageThresholdsAtCloseTx(ctx, tx, now, p.CustomerID, p.Period); err != nil {
+		return nil, err
 	}
 	return chargeCreateTx(ctx, tx, p, l.config.Namespace, now)
 }

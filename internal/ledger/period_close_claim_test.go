@@ -11,12 +11,23 @@ import (
 )
 
 // closeClaim runs PeriodCloseClaim on acme's November as worker run owner
-// does, having looked up payment method pm (lookedUp).
+// does, having looked up payment method pm of acme's Stripe customer
+// (lookedUp).
 func (b *testBundle) closeClaim(ctx context.Context, owner, pm string, lookedUp bool) (*ledger.ClosedClaim, error) {
+	of := ""
+	if lookedUp {
+		of = "cus_acme"
+	}
+	return b.closeClaimOf(ctx, owner, pm, of)
+}
+
+// closeClaimOf is closeClaim with payment method pm looked up for Stripe
+// customer of.
+func (b *testBundle) closeClaimOf(ctx context.Context, owner, pm, of string) (*ledger.ClosedClaim, error) {
 	return b.Ledger.PeriodCloseClaim(ctx, ledger.PeriodCloseClaimParams{
-		Close:                 ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "job:1/1"},
-		Claim:                 ledger.ChargeClaimParams{Owner: owner, LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1, PaymentMethodID: pm},
-		PaymentMethodLookedUp: lookedUp,
+		Close:           ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "job:1/1"},
+		Claim:           ledger.ChargeClaimParams{Owner: owner, LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1, PaymentMethodID: pm},
+		PaymentMethodOf: of,
 	})
 }
 
@@ -108,6 +119,14 @@ func TestPeriodCloseClaim(t *testing.T) {
 		stripeCustomer, err := b.Ledger.ChargePaymentMethodNeeded(ctx, "acme", "2026-11")
 		require.NoError(t, err)
 		require.Equal(t, "cus_acme", stripeCustomer)
+
+		// A payment method of the Stripe customer acme had before is not
+		// the charge's.
+		cc, err = b.closeClaimOf(ctx, "a", "pm_old", "cus_old")
+		require.NoError(t, err)
+		require.True(t, cc.NeedsPaymentMethod)
+		b.requireClosedUnclaimed(t, ctx)
+
 		cc, err = b.closeClaim(ctx, "a", "pm_1", true)
 		require.NoError(t, err)
 		require.Equal(t, "pm_1", *cc.Charge.StripePaymentMethodID)

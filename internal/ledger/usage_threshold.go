@@ -12,10 +12,12 @@ import (
 // UsageThresholdsMax bounds a customer's usage alert thresholds.
 const UsageThresholdsMax = 20
 
-// UsageThresholdSettleDefault is how long after its received_at an event is
-// taken as committed or rolled back for good: ingest answers within its
-// request timeout, far less. The scan's watermark never passes a newer
-// event, so one committed late is still seen.
+// UsageThresholdSettleDefault is how long after its received_at an event's
+// ingest is taken as committed or rolled back for good: ingest answers
+// within its request timeout, far less (replicas' clocks must agree to well
+// within it). The scan's watermark passes only events older than that, so
+// an ingest still in flight with a lower id is read by a later scan; the
+// close checks the final total anyway (PeriodClose).
 const UsageThresholdSettleDefault = time.Minute
 
 // PublicThreshold is what usage.threshold_reached carries: a period's
@@ -34,11 +36,11 @@ type PublicThreshold struct {
 // (usage.threshold_reached), in one transaction: it reads the events
 // ingested after its watermark, sums each period they belong to whose
 // customer has a threshold not yet reached, and records those the total
-// reached. Ingest writes nothing for it. The watermark then moves past the
-// events older than settle: newer ones are read again next time, so an
-// ingest that commits after a later one has been read is not missed. Scans
-// take turns (the watermark row's lock). It returns how many thresholds it
-// recorded.
+// reached. Ingest writes nothing for it. The watermark then moves up to the
+// last event received more than settle ago: newer ones are read again next
+// time, so an ingest that commits after a later one has been read is not
+// missed. Scans take turns (the watermark row's lock). It returns how many
+// thresholds it recorded.
 func (l *Ledger) UsageThresholdScan(ctx context.Context, settle time.Duration) (int, error) {
 	var reached int
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
@@ -75,13 +77,14 @@ WHERE cardinality(c.usage_alert_thresholds_cents) > 0`, watermark)
 			}
 			reached += n
 		}
-		// Up to the first event not yet settled, or the last one read.
+		// Up to the last event received more than settle ago: an ingest with
+		// a lower id still in flight now is younger than that, so it is read
+		// next time.
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.usage_threshold_scan
 SET scanned_at = $3,
-    last_event_id = coalesce((SELECT min(id) - 1 FROM billing.usage_events WHERE id > $1 AND received_at >= $2),
-                             (SELECT max(id) FROM billing.usage_events WHERE id > $1),
-                             $1)`, watermark, now.Add(-settle), now); err != nil {
+    last_event_id = coalesce((SELECT max(id) FROM billing.usage_events WHERE id > $1 AND received_at < $2), $1)`,
+			watermark, now.Add(-settle), now); err != nil {
 			return fmt.Errorf("error moving the threshold scan's watermark: %w", err)
 		}
 		return nil
@@ -154,4 +157,20 @@ WHERE customer_id = $1 AND period = $2 AND threshold_cents = $3`, customerID, pe
 		return PublicThreshold{}, fmt.Errorf("error reading threshold %d of %s/%s: %w", t, customerID, period, err)
 	}
 	return th, nil
+}
+
+// usageThresholdsAtCloseTx checks the thresholds of the period being closed
+// against its final total, whatever the scan has read: the backstop that
+// tells every threshold the period reached by its close at the latest.
+func usageThresholdsAtCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, customerID, period string) error {
+	var thresholds []int64
+	if err := tx.QueryRow(ctx, `SELECT usage_alert_thresholds_cents FROM billing.customers WHERE customer_id = $1`,
+		customerID).Scan(&thresholds); err != nil {
+		return fmt.Errorf("error reading the thresholds of %s: %w", customerID, err)
+	}
+	if len(thresholds) == 0 {
+		return nil
+	}
+	_, err := usageThresholdsCheckTx(ctx, tx, now, customerID, period, thresholds)
+	return err
 }

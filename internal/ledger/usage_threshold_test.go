@@ -70,6 +70,34 @@ func TestUsageThresholdScan(t *testing.T) {
 		require.Equal(t, int64(600), got[1].TotalCents)
 	})
 
+	t.Run("IngestCommittedLateIsRead", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.thresholds(t, ctx, 500)
+		b.Customer(t, "beta")
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 1)) // opens acme's period
+		require.NoError(t, err)
+		b.Clock.Advance(2 * time.Minute)
+		require.Zero(t, b.scan(t, ctx)) // the watermark passes e1
+
+		// An ingest of acme takes its id, then beta's, later, commits and is
+		// read first; acme's commits after that scan.
+		slow, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = slow.Rollback(ctx) }()
+		_, err = slow.Exec(ctx, `
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
+VALUES ('acme', 'slow', '2026-11', 1000, 'usd', $1, $1, sha256('slow'))`, b.Clock.Now())
+		require.NoError(t, err)
+		_, err = b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "beta", EventID: "b1", AmountCents: 1})
+		require.NoError(t, err)
+		require.Zero(t, b.scan(t, ctx))
+		require.NoError(t, slow.Commit(ctx))
+
+		b.Clock.Advance(2 * time.Minute)
+		require.Equal(t, 1, b.scan(t, ctx), "acme's 1001 reached 500")
+	})
+
 	t.Run("ThresholdSetLateIsCheckedByTheNextEvent", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
@@ -84,6 +112,17 @@ func TestUsageThresholdScan(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, b.scan(t, ctx))
 		require.Equal(t, int64(901), b.Count(t, `SELECT total_cents FROM billing.usage_thresholds_reached`))
+	})
+
+	t.Run("TheCloseChecksTheFinalTotal", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 900))
+		require.NoError(t, err)
+		b.thresholds(t, ctx, 800, 2000)
+		b.close(t, ctx) // no scan ran: the close tells it
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.usage_thresholds_reached WHERE threshold_cents = 800 AND total_cents = 900`))
+		require.Zero(t, b.scan(t, ctx))
 	})
 
 	t.Run("WatermarkWaitsForEventsToSettle", func(t *testing.T) {

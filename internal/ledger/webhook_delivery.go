@@ -57,6 +57,16 @@ WHERE d.id = $1`, id).Scan(&d.ID, &d.Status, &d.AttemptCount, &d.NotificationID,
 	return &d, nil
 }
 
+// WebhookDeliveryCancel cancels pending delivery id (its endpoint was
+// deleted).
+func (l *Ledger) WebhookDeliveryCancel(ctx context.Context, id int64) error {
+	if _, err := l.pool.Exec(ctx, `
+UPDATE billing.webhook_deliveries SET status = 'canceled', updated_at = $2 WHERE id = $1 AND status = 'pending'`, id, l.now()); err != nil {
+		return fmt.Errorf("error canceling webhook delivery %d: %w", id, err)
+	}
+	return nil
+}
+
 // WebhookAttempt is one try of a delivery.
 type WebhookAttempt struct {
 	DeliveryID int64
