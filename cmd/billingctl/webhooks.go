@@ -115,11 +115,12 @@ func webhookRotate(ctx context.Context, l *ledger.Ledger, args []string, stdout,
 	if err != nil {
 		return err
 	}
-	if *grace < 0 || *grace > 7*24*time.Hour {
-		return errors.New("--grace: must be between 0s and 168h (a week)")
-	}
 	e, err := l.WebhookEndpointRotateSecret(ctx, id, *grace)
 	if err != nil {
+		var ve *ledger.ValidationError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("--grace: must be between 0s and %s (a week)", ledger.WebhookSecretGraceMax)
+		}
 		if errors.Is(err, ledger.ErrNotFound) {
 			return fmt.Errorf("webhook endpoint %d not found (see billingctl webhooks list)", id)
 		}

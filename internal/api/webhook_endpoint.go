@@ -3,7 +3,6 @@ package api
 import (
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -98,9 +97,6 @@ func handleWebhookEndpointDelete(logger *slog.Logger, l *ledger.Ledger) http.Han
 	})
 }
 
-// webhookGraceMax bounds how long a rotated secret keeps signing.
-const webhookGraceMax = 7 * 24 * time.Hour
-
 // handleWebhookEndpointRotateSecret gives an endpoint a new secret, answered once;
 // the previous one keeps signing for {"grace_period_seconds"} (default a
 // day, at most a week; 0 ends it at once).
@@ -121,12 +117,10 @@ func handleWebhookEndpointRotateSecret(logger *slog.Logger, l *ledger.Ledger) ht
 		}
 		grace := ledger.WebhookSecretGraceDefault
 		if g := req.GracePeriodSeconds; g != nil {
-			if *g < 0 || *g > int64(webhookGraceMax/time.Second) {
-				writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{
-					"grace_period_seconds": "must be between 0 and " + strconv.Itoa(int(webhookGraceMax/time.Second)) + " (a week)"}})
-				return
+			grace = -1 // out of range (and never overflowing): the ledger refuses it, naming the field
+			if *g >= 0 && *g <= int64(ledger.WebhookSecretGraceMax/time.Second) {
+				grace = time.Duration(*g) * time.Second
 			}
-			grace = time.Duration(*g) * time.Second
 		}
 		e, err := l.WebhookEndpointRotateSecret(r.Context(), id, grace)
 		if err != nil {

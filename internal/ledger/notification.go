@@ -124,7 +124,6 @@ func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) 
 			return err
 		}
 	}
-	rec.notices = nil
 	return nil
 }
 

@@ -35,25 +35,20 @@ type WebhookDelivery struct {
 // its endpoint, or ErrNotFound.
 func (l *Ledger) WebhookDeliveryGet(ctx context.Context, id int64) (*WebhookDelivery, error) {
 	var d WebhookDelivery
-	var e WebhookEndpoint
 	var deletedAt *time.Time
-	err := l.pool.QueryRow(ctx, `
-SELECT d.id, d.status, d.attempt_count, n.id, n.type, n.body::text,
-       e.id, e.url, e.events, e.description, e.secret, e.previous_secret, e.previous_secret_until,
-       e.disabled_at, e.disabled_reason, e.created_at, e.updated_at, e.deleted_at
+	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+SELECT `+webhookEndpointColumns+`, e.deleted_at, d.id, d.status, d.attempt_count, n.id, n.type, n.body::text
 FROM billing.webhook_deliveries d
 JOIN billing.notifications n ON n.id = d.notification_id
 JOIN billing.webhook_endpoints e ON e.id = d.endpoint_id
-WHERE d.id = $1`, id).Scan(&d.ID, &d.Status, &d.AttemptCount, &d.NotificationID, &d.Type, &d.Body,
-		&e.ID, &e.URL, &e.Events, &e.Description, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil,
-		&e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt, &deletedAt)
+WHERE d.id = $1`, id), &deletedAt, &d.ID, &d.Status, &d.AttemptCount, &d.NotificationID, &d.Type, &d.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("webhook delivery %d", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading webhook delivery %d: %w", id, err)
 	}
-	d.Endpoint, d.EndpointGone, d.Secrets = &e, deletedAt != nil, e.SigningSecrets(l.now())
+	d.Endpoint, d.EndpointGone, d.Secrets = e, deletedAt != nil, e.SigningSecrets(l.now())
 	return &d, nil
 }
 

@@ -118,13 +118,16 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-const webhookEndpointColumns = `id, url, events, description, secret, previous_secret, previous_secret_until,
-       disabled_at, disabled_reason, created_at, updated_at`
+// webhookEndpointColumns are an endpoint's columns, of the table aliased e.
+const webhookEndpointColumns = `e.id, e.url, e.events, e.description, e.secret, e.previous_secret,
+       e.previous_secret_until, e.disabled_at, e.disabled_reason, e.created_at, e.updated_at`
 
-func scanWebhookEndpoint(row pgx.Row) (*WebhookEndpoint, error) {
+// scanWebhookEndpoint scans webhookEndpointColumns, then extra.
+func scanWebhookEndpoint(row pgx.Row, extra ...any) (*WebhookEndpoint, error) {
 	var e WebhookEndpoint
-	if err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Secret, &e.PreviousSecret,
-		&e.PreviousSecretUntil, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt); err != nil {
+	dest := append([]any{&e.ID, &e.URL, &e.Events, &e.Description, &e.Secret, &e.PreviousSecret,
+		&e.PreviousSecretUntil, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	return &e, nil
@@ -141,7 +144,7 @@ func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCre
 		return nil, err
 	}
 	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
-INSERT INTO billing.webhook_endpoints (url, events, description, secret, created_at, updated_at)
+INSERT INTO billing.webhook_endpoints AS e (url, events, description, secret, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $5)
 RETURNING `+webhookEndpointColumns, p.URL, p.Events, p.Description, secret, l.now()))
 	if err != nil {
@@ -153,7 +156,7 @@ RETURNING `+webhookEndpointColumns, p.URL, p.Events, p.Description, secret, l.no
 // WebhookEndpointList returns the endpoints not deleted, oldest first.
 func (l *Ledger) WebhookEndpointList(ctx context.Context) ([]*WebhookEndpoint, error) {
 	rows, err := l.pool.Query(ctx, `SELECT `+webhookEndpointColumns+`
-FROM billing.webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
+FROM billing.webhook_endpoints e WHERE deleted_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("error listing webhook endpoints: %w", err)
 	}
@@ -191,18 +194,25 @@ WHERE endpoint_id = $1 AND status = 'pending'`, id, now); err != nil {
 // endpoint keeps signing, so the producer can deploy the new one.
 const WebhookSecretGraceDefault = 24 * time.Hour
 
+// WebhookSecretGraceMax bounds that grace.
+const WebhookSecretGraceMax = 7 * 24 * time.Hour
+
 // WebhookEndpointRotateSecret gives endpoint id a new secret and returns the
-// endpoint with it; the old one keeps signing for grace (both sign each
-// delivery meanwhile). It returns ErrNotFound when there is no such
-// endpoint.
+// endpoint with it; the old one keeps signing for grace, at most
+// WebhookSecretGraceMax (both sign each delivery meanwhile). It returns
+// ErrNotFound when there is no such endpoint.
 func (l *Ledger) WebhookEndpointRotateSecret(ctx context.Context, id int64, grace time.Duration) (*WebhookEndpoint, error) {
+	if grace < 0 || grace > WebhookSecretGraceMax {
+		return nil, &ValidationError{Fields: map[string]string{"grace_period_seconds": fmt.Sprintf(
+			"must be between 0 and %d seconds (a week)", int64(WebhookSecretGraceMax/time.Second))}}
+	}
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		return nil, err
 	}
 	now := l.now()
 	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
-UPDATE billing.webhook_endpoints
+UPDATE billing.webhook_endpoints e
 SET previous_secret = secret, previous_secret_until = $3, secret = $2, updated_at = $4
 WHERE id = $1 AND deleted_at IS NULL
 RETURNING `+webhookEndpointColumns, id, secret, now.Add(grace), now))
@@ -220,7 +230,7 @@ RETURNING `+webhookEndpointColumns, id, secret, now.Add(grace), now))
 // (WebhookRedeliver sends them). It returns the endpoint, or ErrNotFound.
 func (l *Ledger) WebhookEndpointEnable(ctx context.Context, id int64) (*WebhookEndpoint, error) {
 	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
-UPDATE billing.webhook_endpoints SET disabled_at = NULL, disabled_reason = NULL, updated_at = $2
+UPDATE billing.webhook_endpoints e SET disabled_at = NULL, disabled_reason = NULL, updated_at = $2
 WHERE id = $1 AND deleted_at IS NULL
 RETURNING `+webhookEndpointColumns, id, l.now()))
 	if errors.Is(err, pgx.ErrNoRows) {
