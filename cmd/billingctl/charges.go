@@ -212,6 +212,16 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 	if c.FailureCode != nil || c.FailureMessage != nil {
 		row("failure:", "%s: %s", orDash(c.FailureCode), orDash(c.FailureMessage))
 	}
+	if c.PastDueSince != nil {
+		next := "none left"
+		if c.NextRetryAt != nil {
+			next = formatTime(c.NextRetryAt) + fmt.Sprintf(" (or now: billingctl charges retry %d)", c.ID)
+		}
+		row("dunning:", "declined first %s, %d retries made, next %s", formatTime(c.PastDueSince), c.DunningRetries, next)
+	}
+	if len(c.RetiredPaymentIntentIDs) > 0 {
+		row("canceled:", "%s (by retries; they can never succeed)", strings.Join(c.RetiredPaymentIntentIDs, ", "))
+	}
 	if c.ResolvedBy != nil {
 		row("resolved by:", "%s", *c.ResolvedBy)
 	}
@@ -301,6 +311,21 @@ func chargeApprove(ctx context.Context, l *ledger.Ledger, actor string, args []s
 	fmt.Fprintf(stdout, "approved charge %d (%s/%s, %s): now %s; its guards are waived and its charge job runs now, looking at Stripe before it calls\n",
 		c.ID, c.CustomerID, c.Period, amount(c), c.Status)
 	warnIfPaused(ctx, l, "the charge job", stderr)
+	return nil
+}
+
+func chargeRetry(ctx context.Context, l *ledger.Ledger, actor string, args []string, stdout, stderr io.Writer) error {
+	id, reason, err := chargeActionArgs(args, "charges retry ID [--reason R]", stderr, nil)
+	if err != nil {
+		return err
+	}
+	c, err := l.ChargeRetryNow(ctx, ledger.ChargeActionParams{ChargeID: id, Actor: actor, Reason: reason})
+	if err != nil {
+		return actionError(ctx, l, id, err)
+	}
+	fmt.Fprintf(stdout, "retrying charge %d (%s/%s, %s) now: its charge job cancels the declined PaymentIntent and calls Stripe with the next key and the customer's current payment method (retry %d)\n",
+		c.ID, c.CustomerID, c.Period, amount(c), c.DunningRetries+1)
+	warnIfPaused(ctx, l, "the retry", stderr)
 	return nil
 }
 

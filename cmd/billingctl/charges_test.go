@@ -26,7 +26,13 @@ type chargesBundle struct {
 
 func chargesSetup(t *testing.T) (context.Context, *chargesBundle) {
 	t.Helper()
-	lb := ledgertest.New(t, ledger.Config{})
+	return chargesSetupWith(t, ledger.Config{})
+}
+
+// chargesSetupWith is chargesSetup with the ledger configured by config.
+func chargesSetupWith(t *testing.T, config ledger.Config) (context.Context, *chargesBundle) {
+	t.Helper()
+	lb := ledgertest.New(t, config)
 	return t.Context(), &chargesBundle{Bundle: lb, env: func(k string) string {
 		if k == "DATABASE_URL" {
 			return lb.URL
@@ -115,6 +121,31 @@ func TestCharges(t *testing.T) {
 		require.Equal(t, cliActor(b.env), actions[0].Actor)
 		require.True(t, strings.HasPrefix(actions[0].Actor, "cli:"))
 		require.Equal(t, "agreed with the customer", actions[0].Reason)
+	})
+
+	t.Run("RetryPastDue", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := chargesSetupWith(t, ledger.Config{DunningSchedule: []time.Duration{time.Hour}})
+		c := b.closed(ctx, t, "acme", 500)
+		_, _, err := b.billingctl(ctx, "charges", "retry", id(c))
+		require.EqualError(t, err, fmt.Sprintf("charge %d is pending; only a past_due charge (declined, with retries left) can be retried (charge_not_past_due)", c.ID))
+
+		_, err = b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_1",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeFailed, StripePaymentIntentID: "pi_declined", ErrorCode: "card_declined"}})
+		require.NoError(t, err)
+		stdout, stderr, err := b.billingctl(ctx, "charges", "show", id(c))
+		require.NoError(t, err, stderr)
+		require.Regexp(t, `dunning:\s+declined first .*, 0 retries made, next .* \(or now: billingctl charges retry \d+\)`, stdout)
+
+		stdout, stderr, err = b.billingctl(ctx, "charges", "retry", id(c))
+		require.NoError(t, err, stderr)
+		require.Contains(t, stdout, fmt.Sprintf("retrying charge %d (acme/2026-11, 500 usd) now", c.ID))
+		got := b.status(ctx, t, c.ID, ledger.ChargePastDue)
+		require.False(t, got.NextRetryAt.After(time.Now()), "due now (billingctl's ledger runs on the real clock)")
+		actions := b.actions(ctx, t, c.ID)
+		require.Len(t, actions, 1)
+		require.Equal(t, ledger.ActionRetry, actions[0].Action)
+		require.Equal(t, ledger.ChargeRetryReasonDefault, actions[0].Reason)
 	})
 
 	t.Run("ApproveRefusesADoubleCharge", func(t *testing.T) {

@@ -17,6 +17,7 @@
 //	billingctl charges cancel ID --reason R             a held or pending charge no money moved for:
 //	                                                    never charge it
 //	billingctl charges resolve ID --keep PI --reason R  a double charge: keep PI, refund the others (a job)
+//	billingctl charges retry ID [--reason R]            a past_due charge: retry it now (after a new card)
 //	billingctl charging pause|resume --reason R         the kill switch: stop or restart charging on
 //	                                                    every replica
 //	billingctl charging status                          whether charging is paused, since when, by whom, why
@@ -73,6 +74,7 @@ const usage = `usage:
   billingctl charges approve ID --reason R
   billingctl charges cancel ID --reason R
   billingctl charges resolve ID --keep pi_… --reason R
+  billingctl charges retry ID [--reason R]
   billingctl charging pause --reason R
   billingctl charging resume --reason R
   billingctl charging status
@@ -143,6 +145,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return chargeCancel(ctx, l, actor, args[2:], stdout, stderr)
 	case "charges resolve":
 		return chargeResolve(ctx, l, actor, args[2:], stdout, stderr)
+	case "charges retry":
+		return chargeRetry(ctx, l, actor, args[2:], stdout, stderr)
 	case "charging pause":
 		return chargingPause(ctx, l, actor, args[2:], stdout, stderr)
 	case "charging resume":

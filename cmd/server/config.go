@@ -76,10 +76,12 @@ type config struct {
 	StripeWebhookSecret  string
 	StripeTimeout        time.Duration
 	AllowLiveSecretKey   bool
-	WebhooksAllowHTTP    bool          // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
-	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
-	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
-	ThresholdInterval    time.Duration // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
+	WebhooksAllowHTTP    bool            // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
+	WebhookWorkers       int             // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
+	WebhookTimeout       time.Duration   // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
+	ThresholdInterval    time.Duration   // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
+	DunningSchedule      []time.Duration // TALLY_DUNNING_SCHEDULE: retries of a retryable decline, from the first decline
+	DunningInterval      time.Duration   // TALLY_DUNNING_INTERVAL: how often due retries are started
 	LogLevel             slog.Level
 	ShutdownTimeout      time.Duration
 }
@@ -148,6 +150,16 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		WebhookWorkers:       int(integer("TALLY_WEBHOOK_WORKERS", jobs.DeliveryWorkersDefault, 1, 1000)),
 		WebhookTimeout:       duration("TALLY_WEBHOOK_TIMEOUT", jobs.DeliveryTimeoutDefault),
 		ThresholdInterval:    duration("TALLY_USAGE_THRESHOLD_INTERVAL", jobs.UsageThresholdIntervalDefault),
+		DunningInterval:      duration("TALLY_DUNNING_INTERVAL", jobs.DunningIntervalDefault),
+	}
+	// An empty variable means its default, as every variable here does:
+	// "off" turns dunning off (declines are final).
+	if v := get("TALLY_DUNNING_SCHEDULE", ledger.DunningScheduleDefault); v != "off" {
+		schedule, err := ledger.ParseDunningSchedule(v)
+		if err != nil {
+			bad("TALLY_DUNNING_SCHEDULE", "%v; such as 3d,5d,7d (retries 3, 5 and 7 days after the first decline), or off", err)
+		}
+		c.DunningSchedule = schedule
 	}
 	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the
 	// default of each pool's own variable.

@@ -63,6 +63,9 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_DEBUG_ADDR", map[string]string{"TALLY_DEBUG_ADDR": "0.0.0.0:6060"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "0"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "many"}},
+			{"TALLY_DUNNING_SCHEDULE", map[string]string{"TALLY_DUNNING_SCHEDULE": "7d,3d"}},
+			{"TALLY_DUNNING_SCHEDULE", map[string]string{"TALLY_DUNNING_SCHEDULE": "weekly"}},
+			{"TALLY_DUNNING_INTERVAL", map[string]string{"TALLY_DUNNING_INTERVAL": "0s"}},
 		}
 		for _, tc := range cases {
 			c, err := loadConfig(testEnv(tc.env))
@@ -70,6 +73,22 @@ func TestLoadConfig(t *testing.T) {
 			require.Nil(t, c)
 			require.Contains(t, err.Error(), tc.name+":", "%v", tc.env)
 		}
+	})
+
+	t.Run("DunningSchedule", func(t *testing.T) {
+		t.Parallel()
+		day := 24 * time.Hour
+		c, err := loadConfig(testEnv(nil))
+		require.NoError(t, err)
+		require.Equal(t, []time.Duration{3 * day, 5 * day, 7 * day}, c.DunningSchedule, "the default")
+		require.Equal(t, time.Minute, c.DunningInterval)
+		c, err = loadConfig(testEnv(map[string]string{"TALLY_DUNNING_SCHEDULE": "1d, 36h", "TALLY_DUNNING_INTERVAL": "10s"}))
+		require.NoError(t, err)
+		require.Equal(t, []time.Duration{day, 36 * time.Hour}, c.DunningSchedule)
+		require.Equal(t, 10*time.Second, c.DunningInterval)
+		c, err = loadConfig(testEnv(map[string]string{"TALLY_DUNNING_SCHEDULE": "off"}))
+		require.NoError(t, err)
+		require.Empty(t, c.DunningSchedule, "off: declines are final")
 	})
 
 	t.Run("Defaults", func(t *testing.T) {

@@ -104,6 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			DeliveryTimeout:        cfg.WebhookTimeout,
 			DeliverToLoopback:      cfg.WebhooksAllowHTTP,
 			UsageThresholdInterval: cfg.ThresholdInterval,
+			DunningInterval:        cfg.DunningInterval,
 		})
 		if err != nil {
 			return err
@@ -207,6 +208,7 @@ func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *met
 		StripeKeyWindow:    cfg.StripeKeyWindow,
 		PeriodBudgetCents:  cfg.PeriodBudgetCents,
 		AnomalyFactor:      cfg.AnomalyFactor,
+		DunningSchedule:    cfg.DunningSchedule,
 		Namespace:          cfg.Namespace,
 		WebhooksAllowHTTP:  cfg.WebhooksAllowHTTP,
 		Scheduler:          jobs.Scheduler{Client: inserter},
@@ -321,7 +323,8 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool, interval time.Duration) met
 		st := &metrics.State{
 			Charges: map[string]float64{}, Held: map[string]float64{}, Jobs: map[[2]string]float64{}, StripeEvents: map[string]float64{},
 			CloseOverdueSeconds: age(now, ops.CloseOverdueSince), UnsettledSeconds: age(now, ops.UnsettledSince),
-			OutboxLagSeconds: age(now, snap.ChargeAvailableSince), StripeEventOldestSeconds: age(now, ops.StripeEventSince),
+			RetryOverdueSeconds: age(now, ops.RetryOverdueSince),
+			OutboxLagSeconds:    age(now, snap.ChargeAvailableSince), StripeEventOldestSeconds: age(now, ops.StripeEventSince),
 			ChargingPaused: ops.ChargingPausedSince != nil, WebhookEndpointsDisabled: float64(ops.WebhookEndpointsDisabled),
 			AgeSeconds: age(now, &stored.TakenAt),
 		}

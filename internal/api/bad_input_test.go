@@ -102,6 +102,7 @@ func TestBadInput(t *testing.T) {
 				"usage_alert_thresholds_cents": `[100]`}},
 			{http.MethodPost, "/v1/charges/1/approve", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/charges/1/cancel", map[string]string{"reason": `"r"`}},
+			{http.MethodPost, "/v1/charges/1/retry", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/charges/1/resolve", map[string]string{"keep_payment_intent": `"pi_1"`, "reason": `"r"`}},
 			{http.MethodPost, "/v1/admin/charging/pause", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/admin/charging/resume", map[string]string{"reason": `"r"`}},
@@ -150,6 +151,7 @@ func TestBadInput(t *testing.T) {
 			serve(t, http.MethodGet, "/v1/charges/"+seg, "")
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/approve", `{"reason":"r"}`)
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
+			serve(t, http.MethodPost, "/v1/charges/"+seg+"/retry", "")
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
 		}
 	})

@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tally-billing/tally/internal/ledger"
 )
@@ -14,7 +16,7 @@ import (
 // (actorFrom), and shows up in GET /v1/charges/{id} under "actions". The
 // ledger decides what is allowed; its refusals are 409 with a stable code
 // (charge_not_held, charge_outcome_unknown, charge_leased,
-// charge_not_cancelable), 422 for a missing or overlong reason, 404 for an
+// charge_not_cancelable, charge_not_past_due), 422 for a missing or overlong reason, 404 for an
 // unknown charge.
 
 // handleChargeApprove approves a held charge (ledger.ChargeApprove): it
@@ -28,6 +30,22 @@ func handleChargeApprove(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 // have moved (ledger.ChargeCancel). 200 with the charge.
 func handleChargeCancel(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return handleChargeAction(logger, l.ChargeCancel)
+}
+
+// handleChargeRetry retries a past_due charge now (ledger.ChargeRetryNow),
+// for a producer whose customer updated their payment method: its charge job
+// runs now, cancels the declined PaymentIntent and calls Stripe with the next
+// key and the customer's current payment method. The body ({"reason"}) may
+// be left out. 200 with the charge, still past_due until the job runs.
+func handleChargeRetry(logger *slog.Logger, l *ledger.Ledger) http.Handler {
+	action := handleChargeAction(logger, l.ChargeRetryNow)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 {
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader("{}")), 2
+			r.Header.Set("Content-Type", "application/json")
+		}
+		action.ServeHTTP(w, r)
+	})
 }
 
 // handleChargeAction decodes {"reason"}, runs act on the charge {id} as the

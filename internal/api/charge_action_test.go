@@ -154,6 +154,7 @@ func TestChargeActionAuth(t *testing.T) {
 	for _, route := range []struct{ method, path, body string }{
 		{http.MethodPost, chargePath(c.ID, "approve"), reasonJSON("x")},
 		{http.MethodPost, chargePath(c.ID, "cancel"), reasonJSON("x")},
+		{http.MethodPost, chargePath(c.ID, "retry"), ""},
 		{http.MethodPost, chargePath(c.ID, "resolve"), `{"keep_payment_intent":"pi_A","reason":"x"}`},
 		{http.MethodGet, "/v1/admin/charging", ""},
 		{http.MethodPost, "/v1/admin/charging/pause", reasonJSON("x")},
@@ -631,3 +632,56 @@ func TestChargeGet(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// pastDueCharge returns a charge that Stripe declined with a card error,
+// past_due with its first retry an hour away.
+func (b *testBundle) pastDueCharge(ctx context.Context, t *testing.T) *ledger.Charge {
+	t.Helper()
+	c := b.closedCharge(ctx, t, 500)
+	_, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_1",
+		Outcome: ledger.Outcome{Class: ledger.OutcomeFailed, StripePaymentIntentID: "pi_declined", ErrorCode: "card_declined"}})
+	require.NoError(t, err)
+	c = b.requireStatus(ctx, t, c.ID, ledger.ChargePastDue)
+	require.True(t, c.NextRetryAt.Equal(b.Clock.Now().Add(time.Hour)))
+	return c
+}
+
+func TestChargeRetry(t *testing.T) {
+	t.Parallel()
+	opts := setupOpts{ledger: ledger.Config{DunningSchedule: []time.Duration{time.Hour, 2 * time.Hour}}}
+
+	t.Run("RetriesAPastDueChargeNow", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.pastDueCharge(ctx, t)
+
+		rec := b.do(http.MethodPost, chargePath(c.ID, "retry"), "")
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		got := decodeJSON[map[string]any](t, rec)
+		require.Equal(t, "past_due", got["status"])
+		require.Equal(t, b.Clock.Now().UTC().Format(time.RFC3339), got["next_retry_at"], "due now")
+		require.Equal(t, "available", b.chargeJobState(t), "its charge job runs now")
+		actions, err := b.Ledger.ChargeActions(ctx, c.ID)
+		require.NoError(t, err)
+		require.Len(t, actions, 1)
+		require.Equal(t, ledger.ActionRetry, actions[0].Action)
+		require.Equal(t, ledger.ChargeRetryReasonDefault, actions[0].Reason)
+
+		rec = b.do(http.MethodPost, chargePath(c.ID, "retry"), reasonJSON("new card on file"))
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		actions, err = b.Ledger.ChargeActions(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, "new card on file", actions[1].Reason)
+	})
+
+	t.Run("RefusesAChargeNotPastDue", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.capHeldCharge(ctx, t)
+		p := requireProblem(t, b.do(http.MethodPost, chargePath(c.ID, "retry"), ""), http.StatusConflict, "charge_not_past_due")
+		require.Contains(t, p.Detail, "held")
+		require.Zero(t, b.actionCount(t))
+		requireProblem(t, b.do(http.MethodPost, chargePath(c.ID+100, "retry"), ""), http.StatusNotFound, "not_found")
+		requireInvalid(t, b.do(http.MethodPost, "/v1/charges/abc/retry", ""), "id")
+	})
+}

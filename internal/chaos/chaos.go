@@ -145,6 +145,14 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 				return nil, err
 			}
 			r.fault("decline customer")
+		case i%40 == 19 || i%40 == 31:
+			// Declines once (or twice), then pays: dunning retries it.
+			n := 1 + i%40/31
+			expect[customers[i]] = expectation{declines: n}
+			if err := r.control.FaultAdd(ctx, stripesim.Fault{Customer: stripeID, Kind: stripesim.FaultKindDecline, DeclineCode: "expired_card", Count: n}); err != nil {
+				return nil, err
+			}
+			r.fault(fmt.Sprintf("customer declining %d times, then paying", n))
 		case i%80 == 13:
 			expect[customers[i]] = expectation{failureCode: "requires_action"}
 			if err := r.control.FaultAdd(ctx, stripesim.Fault{Customer: stripeID, Kind: stripesim.FaultKindRequiresAction}); err != nil {
@@ -153,6 +161,12 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 			r.fault("requires_action customer")
 		}
 	}
+	rcv, err := startReceiver(ctx, r.cfg.Seed, r.binDir, r.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer rcv.close()
+	r.fault("webhook receiver failing 30% of deliveries")
 	if _, err := r.control.WebhookModeSet(ctx, stripesim.WebhookMode{URL: r.apiURLs[0] + "/v1/stripe/webhooks",
 		Duplicate: 1, Delay: 200 * time.Millisecond, Reorder: true}); err != nil {
 		return nil, err
@@ -222,6 +236,13 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	notified, err := checkNotifications(ctx, conn, rcv)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, notified...)
+	taken, _, tries, failed := rcv.snapshot()
+	r.logf("webhook receiver: %d notifications taken in %d deliveries, %d answered 503 on purpose", len(taken), tries, failed)
 	if r.pauseLeaks > 0 {
 		violations = append(violations, fmt.Sprintf("%d PaymentIntents were created while charging was paused", r.pauseLeaks))
 	}
@@ -489,8 +510,9 @@ func (r *run) waitQuiescent(ctx context.Context) error {
 }
 
 // waitQuiescent waits, up to quiesceMax, until the database at dbURL has
-// no charge in pending, unknown or processing, no charge_period or
-// stripe_event job left to run, and a charge for every period with events.
+// no charge in pending, unknown, processing or past_due, no charge_period,
+// stripe_event or webhook_delivery job left to run, and a charge for every
+// period with events.
 // It logs progress every 10 s and returns an error describing what is left
 // when the time is up.
 func waitQuiescent(ctx context.Context, dbURL string, quiesceMax time.Duration, logf func(string, ...any)) error {
@@ -504,8 +526,8 @@ func waitQuiescent(ctx context.Context, dbURL string, quiesceMax time.Duration, 
 	var unsettled, jobs, uncharged int
 	for time.Now().Before(deadline) {
 		err := conn.QueryRow(ctx, `
-SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')),
-       (SELECT count(*) FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event')
+SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing', 'past_due')),
+       (SELECT count(*) FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event', 'webhook_delivery')
           AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')),
        (SELECT count(*) FROM billing.periods p WHERE NOT EXISTS (
           SELECT 1 FROM billing.charges c WHERE c.customer_id = p.customer_id AND c.period = p.period))`).Scan(&unsettled, &jobs, &uncharged)
@@ -534,7 +556,7 @@ func jobsLeft(ctx context.Context, conn *pgx.Conn, limit int) []string {
 	rows, err := conn.Query(ctx, `
 SELECT id || ' ' || kind || ' ' || state || ' attempt ' || attempt || ' scheduled ' || to_char(scheduled_at, 'HH24:MI:SS')
        || coalesce(' last error: ' || (errors[array_length(errors, 1)]->>'error'), '')
-FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event')
+FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event', 'webhook_delivery')
   AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
 ORDER BY id LIMIT $1`, limit)
 	if err != nil {

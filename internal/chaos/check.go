@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
@@ -15,7 +17,14 @@ const usdMinimum = 50
 
 // expectation is what the run arranged for a customer on the simulator.
 type expectation struct {
-	failureCode string // "" → must succeed; else the charge must fail with this code
+	// failureCode "" → every charge must succeed; else each is declined on
+	// every try and must end uncollectible with this code, after the
+	// dunning schedule's retries.
+	failureCode string
+
+	// declines is how many tries of the customer's charges are declined
+	// before they pay: that many PaymentIntents end canceled by a retry.
+	declines int
 }
 
 // check verifies the promise from the ledger's tables and the simulator's
@@ -128,6 +137,7 @@ FROM billing.charges`)
 		}
 	}
 
+	canceledOf := map[string]int{} // customer → PaymentIntents canceled
 	keys := make([]key, 0, len(sums))
 	for k := range sums {
 		keys = append(keys, k)
@@ -145,12 +155,26 @@ FROM billing.charges`)
 				c.amount, c.carriedIn, c.events, s.total, s.count)
 		}
 		mine := pisOf[k]
-		if len(mine) > 1 {
-			ids := make([]string, len(mine))
-			for i, pi := range mine {
-				ids[i] = pi.ID
+		// At most one succeeded PaymentIntent per charge; every one but the
+		// charge's own was canceled by a dunning retry before the next.
+		succeeded := 0
+		var ownStatus stripe.PaymentIntentStatus
+		for _, pi := range mine {
+			if pi.ID == c.pi {
+				ownStatus = pi.Status
 			}
-			bad("%s/%s has %d PaymentIntents: %v", k.customer, k.period, len(mine), ids)
+			if pi.Status == stripe.PaymentIntentStatusSucceeded {
+				succeeded++
+			}
+			if pi.ID != c.pi && pi.Status != stripe.PaymentIntentStatusCanceled {
+				bad("PaymentIntent %s of %s/%s is %s: not the charge's (%s) and not canceled", pi.ID, k.customer, k.period, pi.Status, c.pi)
+			}
+			if pi.Status == stripe.PaymentIntentStatusCanceled {
+				canceledOf[k.customer]++
+			}
+		}
+		if succeeded > 1 {
+			bad("%s/%s has %d succeeded PaymentIntents", k.customer, k.period, succeeded)
 		}
 		switch want := expect[k.customer].failureCode; {
 		case c.amount < usdMinimum:
@@ -166,14 +190,30 @@ FROM billing.charges`)
 			}
 		case want == "" && c.status != "succeeded":
 			bad("charge of %s/%s is %s (%s), want succeeded", k.customer, k.period, c.status, c.failureCode)
-		case want == "" && (len(mine) != 1 || mine[0].ID != c.pi || mine[0].Status != stripe.PaymentIntentStatusSucceeded):
-			bad("charge of %s/%s (%s) does not match the simulator's PaymentIntents", k.customer, k.period, c.pi)
-		case want != "" && (c.status != "failed" || c.failureCode != want):
-			bad("charge of %s/%s is %s (%s), want failed with %s", k.customer, k.period, c.status, c.failureCode, want)
+		case want == "" && (succeeded != 1 || ownStatus != stripe.PaymentIntentStatusSucceeded):
+			bad("charge of %s/%s (%s) does not match the simulator's PaymentIntents (%d succeeded, its own %q)",
+				k.customer, k.period, c.pi, succeeded, ownStatus)
+		case want != "" && (c.status != "uncollectible" || c.failureCode != want):
+			bad("charge of %s/%s is %s (%s), want uncollectible with %s", k.customer, k.period, c.status, c.failureCode, want)
+		case want != "" && (len(mine) != 1+dunningRetries || succeeded != 0):
+			bad("charge of %s/%s is uncollectible with %d PaymentIntents (%d succeeded), want %d tries and none succeeded",
+				k.customer, k.period, len(mine), succeeded, 1+dunningRetries)
+		}
+	}
+	pisOfCustomer := map[string]int{}
+	for _, pi := range pis {
+		pisOfCustomer[pi.Metadata["customer_id"]]++
+	}
+	for customer, e := range expect {
+		// A customer whose every charge was carried forward (below Stripe's
+		// minimum) made no call for the decline to answer.
+		if e.declines > 0 && pisOfCustomer[customer] > 0 && canceledOf[customer] != e.declines {
+			bad("customer %s was declined %d times before paying: of its %d PaymentIntents, %d were canceled by retries, want as many as declines",
+				customer, e.declines, pisOfCustomer[customer], canceledOf[customer])
 		}
 	}
 	for k, c := range charges {
-		if c.status == "pending" || c.status == "unknown" || c.status == "processing" {
+		if c.status == "pending" || c.status == "unknown" || c.status == "processing" || c.status == "past_due" {
 			bad("charge of %s/%s is still %s", k.customer, k.period, c.status)
 		}
 	}
@@ -206,4 +246,89 @@ FROM billing.period_spend s`)
 		return nil, nil, err
 	}
 	return violations, byStatus, nil
+}
+
+// checkNotifications verifies the producer's side: every notification Tally
+// wrote reached the receiver (through its random failures) with a valid
+// signature, nothing else did, and the notifications agree with the charges:
+// one per final status (succeeded, uncollectible, failed, carried_forward)
+// and one charge.past_due per retry (each retry canceled one PaymentIntent).
+func checkNotifications(ctx context.Context, conn *pgx.Conn, rcv *receiver) ([]string, error) {
+	var violations []string
+	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
+	got, refused, _, _ := rcv.snapshot()
+	for _, why := range refused {
+		bad("webhook receiver refused a delivery: %s", why)
+	}
+	written := map[string]bool{}
+	rows, err := conn.Query(ctx, `SELECT id FROM billing.notifications`)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		written[id] = true
+		if _, ok := got[id]; !ok {
+			bad("notification %s was written but never delivered", id)
+		}
+	}
+	for id, n := range got {
+		if !written[id] {
+			bad("the receiver took notification %s (%s), which Tally never wrote", id, n.Type)
+		}
+	}
+	var undelivered int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM billing.webhook_deliveries WHERE status <> 'delivered'`).Scan(&undelivered); err != nil {
+		return nil, err
+	}
+	if undelivered > 0 {
+		bad("%d webhook deliveries are not delivered", undelivered)
+	}
+
+	type chargeKey struct {
+		id  string
+		typ string
+	}
+	count := map[chargeKey]int{}
+	for _, n := range got {
+		if strings.HasPrefix(n.Type, "charge.") {
+			count[chargeKey{n.Data.Object.ID.String(), n.Type}]++
+		}
+	}
+	rows, err = conn.Query(ctx, `
+SELECT id::text, status, cardinality(retired_payment_intent_ids) FROM billing.charges`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, status string
+		var retries int
+		if err := rows.Scan(&id, &status, &retries); err != nil {
+			return nil, err
+		}
+		switch status {
+		case "succeeded", "uncollectible", "failed", "carried_forward":
+			if n := count[chargeKey{id, "charge." + status}]; n != 1 {
+				bad("charge %d is %s: %d charge.%s notifications, want 1", atoi(id), status, n, status)
+			}
+		}
+		if n := count[chargeKey{id, "charge.past_due"}]; n != retries {
+			bad("charge %d was retried %d times: %d charge.past_due notifications, want as many", atoi(id), retries, n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(got) == 0 {
+		bad("the webhook receiver took no notification")
+	}
+	return violations, nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

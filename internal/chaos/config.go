@@ -54,6 +54,12 @@ const (
 	closeGrace        = 4 * time.Hour // the run's three hourly periods stay open until closed explicitly
 	webhookSecret     = "whsec_chaos"
 
+	// dunningSchedule retries a declined charge 3 s and 6 s after its first
+	// decline; dunningRetries is how many retries that is.
+	dunningSchedule = "3s,6s"
+	dunningRetries  = 2
+	dunningInterval = time.Second
+
 	// periodBudget is TALLY_PERIOD_BUDGET_CENTS: set, so every charge
 	// reserves and releases under the faults, but above any period's spend,
 	// so it holds none (the check compares the spend with the charges).

@@ -196,7 +196,7 @@ FROM billing.charges`)
 			bad("%s/%s has succeeded PaymentIntents %s and no charge", k.customer, k.period, strings.Join(ids, ", "))
 		case !hasEvents && c.status != "skipped" && c.status != "canceled":
 			bad("charge of %s/%s is %s for %d but the period has no events", k.customer, k.period, c.status, c.amount)
-		case c.status == "pending" || c.status == "unknown" || c.status == "processing":
+		case c.status == "pending" || c.status == "unknown" || c.status == "processing" || c.status == "past_due":
 			bad("charge of %s/%s is still %s", k.customer, k.period, c.status)
 		case c.status == "held":
 			// Counted by reason; a double charge behind it is flagged above.

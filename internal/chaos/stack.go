@@ -82,7 +82,9 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		"STRIPE_TIMEOUT="+stripeTimeout.String(), "TALLY_STRIPE_KEY_WINDOW="+keyWindow.String(),
 		"TALLY_RECONCILE_INTERVAL="+reconcileInterval.String(), "TALLY_RECONCILE_AFTER="+reconcileAfter.String(),
 		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s",
-		"TALLY_METRICS_ADDR=off") // several replicas share the host
+		"TALLY_METRICS_ADDR=off", // several replicas share the host
+		"TALLY_DUNNING_SCHEDULE="+dunningSchedule, "TALLY_DUNNING_INTERVAL="+dunningInterval.String(),
+		"TALLY_WEBHOOKS_ALLOW_HTTP=true") // the run's webhook receiver listens on 127.0.0.1
 	common = append(common, sc.env...)
 	for i, url := range s.apiURLs {
 		s.apis = append(s.apis, &proc.Proc{Name: fmt.Sprintf("api-%d", i), Bin: filepath.Join(sc.binDir, "server"),

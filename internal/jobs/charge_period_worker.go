@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripeapi"
@@ -73,10 +74,12 @@ type ChargePeriodWorker struct {
 
 // Crash points of the charge path, in order.
 const (
-	crashAfterClaim     = "after_claim"     // lease committed, Stripe not called
-	crashAfterLookup    = "after_lookup"    // look-up found nothing; key and attempt committed, Stripe not called
-	crashAfterStripe    = "after_stripe"    // Stripe answered, outcome not written
-	crashBeforeComplete = "before_complete" // outcome written in the open transaction, job not completed
+	crashAfterClaim      = "after_claim"       // lease committed, Stripe not called
+	crashAfterCancel     = "after_cancel"      // a retry canceled the charge's PaymentIntents; the next generation not committed
+	crashAfterRetryBegin = "after_retry_begin" // a retry committed the next generation and its attempt; Stripe not called
+	crashAfterLookup     = "after_lookup"      // look-up found nothing; key and attempt committed, Stripe not called
+	crashAfterStripe     = "after_stripe"      // Stripe answered, outcome not written
+	crashBeforeComplete  = "before_complete"   // outcome written in the open transaction, job not completed
 )
 
 func (w *ChargePeriodWorker) crash(point string) error {
@@ -96,6 +99,7 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 	for _, s := range []func(context.Context) step{
 		r.paymentMethod, // 1b. look up the Stripe customer's default payment method, if the charge will need it
 		r.closeClaim,    // 1a, 2. close the period, find or create its charge and claim its lease, snapshotting the payment method: one transaction, committed before any money moves
+		r.retry,         // 2b. a past_due charge's retry: cancel its PaymentIntents that could still succeed, then the next key generation
 		r.decideKey,     // 3.  look for the charge on Stripe unless its key is proven fresh
 		r.call,          // 4.  create the PaymentIntent with the charge's idempotency key
 		r.record,        // 5.  record the outcome; complete the job in the same transaction
@@ -156,21 +160,33 @@ func (r *chargeRun) paymentMethod(ctx context.Context) step {
 	if stripeCustomer == "" {
 		return goOn
 	}
-	cust, err := r.w.stripe.CustomerGet(ctx, stripeCustomer)
-	switch {
-	case err != nil && stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed:
-		r.paymentMethodOf = stripeCustomer // e.g. no such customer: the create will fail the charge with Stripe's code
-	case err != nil:
+	pm, err := defaultPaymentMethod(ctx, r.w.stripe, stripeCustomer)
+	if err != nil {
 		// The close goes on without it (the claim waits for it): a Stripe
 		// outage delays charges, not the close.
-		r.lookupErr = fmt.Errorf("error looking up default payment method of %s: %w", stripeCustomer, err)
-	default:
-		r.paymentMethodOf = stripeCustomer
-		if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
-			r.paymentMethodID = s.DefaultPaymentMethod.ID
-		}
+		r.lookupErr = err
+		return goOn
 	}
+	r.paymentMethodOf, r.paymentMethodID = stripeCustomer, pm
 	return goOn
+}
+
+// defaultPaymentMethod returns the default payment method of Stripe
+// customer id ("" when it has none, or when Stripe refuses the look-up for
+// good, e.g. no such customer: the create then fails the charge with
+// Stripe's code).
+func defaultPaymentMethod(ctx context.Context, s Stripe, id string) (string, error) {
+	cust, err := s.CustomerGet(ctx, id)
+	switch {
+	case err != nil && stripeapi.Classify(nil, err).Class == ledger.OutcomeFailed:
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("error looking up default payment method of %s: %w", id, err)
+	}
+	if s := cust.InvoiceSettings; s != nil && s.DefaultPaymentMethod != nil {
+		return s.DefaultPaymentMethod.ID, nil
+	}
+	return "", nil
 }
 
 // closeClaim is steps 1a and 2 in one transaction: close the period, find or
@@ -211,6 +227,89 @@ func (r *chargeRun) closeClaim(ctx context.Context) step {
 	return r.crashAt(crashAfterClaim)
 }
 
+// retry is step 2b, for a past_due charge whose retry is due (dunning; the
+// claim's Retry). It lists the charge's PaymentIntents on Stripe and cancels
+// each one that could still succeed, so that none of them ever does; one
+// that succeeded or is processing after all is the charge's outcome (two
+// are a double charge: held). Otherwise ledger.ChargeRetryBegin commits the
+// next key generation, the customer's current payment method and the
+// attempt row, and the call goes on with the new key. A crash anywhere here
+// leaves the charge past_due and due: the next run lists again.
+func (r *chargeRun) retry(ctx context.Context) step {
+	if !r.lease.Retry {
+		return goOn
+	}
+	c := r.lease.Charge
+	pis, err := chargePaymentIntents(ctx, r.w.stripe, c)
+	if err != nil {
+		return r.release(ctx, err)
+	}
+	var retired []string
+	var moved []*stripe.PaymentIntent
+	for _, pi := range pis {
+		if pi.Status != stripe.PaymentIntentStatusCanceled && !paymentIntentMoved(pi) {
+			if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
+				return r.release(ctx, err)
+			}
+			if pi, err = r.cancelPaymentIntent(ctx, pi.ID); err != nil {
+				return r.release(ctx, err)
+			}
+		}
+		switch {
+		case pi.Status == stripe.PaymentIntentStatusCanceled:
+			retired = append(retired, pi.ID)
+		case paymentIntentMoved(pi):
+			moved = append(moved, pi)
+		default:
+			return r.release(ctx, fmt.Errorf("PaymentIntent %s of charge %d is %s after its cancel; retrying", pi.ID, c.ID, pi.Status))
+		}
+	}
+	if len(moved) > 0 {
+		o, _ := reconcileOutcome(c, moved, r.w.stripe.Livemode())
+		settled, err := r.w.ledger.ChargeRecordOutcome(ctx, r.lease, o, r.actor, r.completeJob)
+		if err != nil {
+			return endRun(err)
+		}
+		r.logger.InfoContext(ctx, "past_due charge paid on Stripe before its retry", slog.Int64("charge_id", c.ID),
+			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(moved)))
+		return endRun(nil)
+	}
+	if res := r.crashAt(crashAfterCancel); res.end {
+		return res
+	}
+	pm, err := defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID)
+	if err != nil {
+		return r.release(ctx, err)
+	}
+	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
+		return r.release(ctx, err)
+	}
+	next, err := r.w.ledger.ChargeRetryBegin(ctx, r.lease, ledger.ChargeRetryBeginParams{
+		Retired: retired, DefaultPaymentMethodID: pm, Actor: r.actor})
+	if err != nil {
+		return r.release(ctx, err)
+	}
+	r.logger.InfoContext(ctx, "retrying past_due charge", slog.Int64("charge_id", c.ID), slog.Int("dunning_retry", next.Charge.DunningRetries),
+		slog.Int("key_generation", next.Charge.KeyGeneration), slog.Any("canceled_payment_intents", retired))
+	r.lease = next
+	return r.crashAt(crashAfterRetryBegin)
+}
+
+// cancelPaymentIntent cancels PaymentIntent id on Stripe and returns it as it
+// is after: canceled, or what it became if it could no longer be canceled
+// (succeeded, processing, canceled before).
+func (r *chargeRun) cancelPaymentIntent(ctx context.Context, id string) (*stripe.PaymentIntent, error) {
+	pi, err := r.w.stripe.PaymentIntentCancel(ctx, id)
+	if err == nil {
+		return pi, nil
+	}
+	got, gerr := r.w.stripe.PaymentIntentGet(ctx, id)
+	if gerr != nil {
+		return nil, fmt.Errorf("error canceling PaymentIntent %s before a retry: %w (and reading it: %w)", id, err, gerr)
+	}
+	return got, nil
+}
+
 // decideKey is step 3. Tally's own record can be lost (a restored backup, a
 // failover that drops the last commits) and Stripe forgets a key after 24 h,
 // so unless this database holds an attempt of the key's generation within
@@ -236,7 +335,7 @@ func (r *chargeRun) decideKey(ctx context.Context) step {
 		// A hold is alerted by the ledger (alert=charge_held).
 		r.logger.InfoContext(ctx, "charge found on Stripe before calling", slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)),
 			slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
-		if c.Terminal() || c.Status == ledger.ChargeHeld || c.Status == ledger.ChargeProcessing {
+		if c.Terminal() || c.Status == ledger.ChargeHeld || c.Status == ledger.ChargeProcessing || c.Status == ledger.ChargePastDue {
 			return endRun(nil)
 		}
 		return endRun(fmt.Errorf("charge %d found on Stripe, now %s", c.ID, c.Status))

@@ -98,6 +98,10 @@ type WorkerConfig struct {
 	// Default UsageThresholdIntervalDefault.
 	UsageThresholdInterval time.Duration
 
+	// DunningInterval is how often the dunning scan starts the retries of
+	// past_due charges that are due. Default DunningIntervalDefault.
+	DunningInterval time.Duration
+
 	// DeliveryWorkers is how many webhook deliveries are made at once.
 	// Default DeliveryWorkersDefault.
 	DeliveryWorkers int
@@ -148,6 +152,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	config.StripeEventStuckAfter = cmp.Or(config.StripeEventStuckAfter, StripeEventStuckAfterDefault)
 
 	config.UsageThresholdInterval = cmp.Or(config.UsageThresholdInterval, UsageThresholdIntervalDefault)
+	config.DunningInterval = cmp.Or(config.DunningInterval, DunningIntervalDefault)
 	config.DeliveryWorkers = cmp.Or(config.DeliveryWorkers, DeliveryWorkersDefault)
 	config.DeliveryTimeout = cmp.Or(config.DeliveryTimeout, DeliveryTimeoutDefault)
 
@@ -162,6 +167,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
 	})
 	river.AddWorker(workers, &UsageThresholdScanWorker{ledger: config.Ledger, logger: config.Logger})
+	river.AddWorker(workers, &DunningScanWorker{ledger: config.Ledger, logger: config.Logger})
 	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout, config.DeliverToLoopback))
 	river.AddWorker(workers, &SweepWorker{
 		ledger: config.Ledger, logger: config.Logger, after: config.SweepAfter,
@@ -189,6 +195,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 			river.NewPeriodicJob(river.PeriodicInterval(config.UsageThresholdInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return UsageThresholdScanArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "usage_threshold_scan", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(config.DunningInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return DunningScanArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "dunning_scan", RunOnStart: true}),
 		},
 		Workers: workers,
 		// Every job kind gets the charge job's timeout; River rescues a job

@@ -7,10 +7,12 @@ import "time"
 var ErrCrash = errCrash
 
 const (
-	CrashAfterClaim     = crashAfterClaim
-	CrashAfterLookup    = crashAfterLookup
-	CrashAfterStripe    = crashAfterStripe
-	CrashBeforeComplete = crashBeforeComplete
+	CrashAfterClaim      = crashAfterClaim
+	CrashAfterCancel     = crashAfterCancel
+	CrashAfterRetryBegin = crashAfterRetryBegin
+	CrashAfterLookup     = crashAfterLookup
+	CrashAfterStripe     = crashAfterStripe
+	CrashBeforeComplete  = crashBeforeComplete
 )
 
 func SetCrashHook(c *WorkerConfig, hook func(point string) error) { c.crashHook = hook }

@@ -48,12 +48,13 @@ func paymentIntentFacts(pi *stripe.PaymentIntent) ledger.PaymentIntentFacts {
 		Livemode: pi.Livemode, ChargeKey: pi.Metadata["tally_charge_key"], Namespace: pi.Metadata["tally_namespace"]}
 }
 
-// reconcileOutcome says what the charge's PaymentIntents on Stripe mean: one
-// that is really the charge's (the ledger's check, against livemode, the mode
+// reconcileOutcome says what the charge's PaymentIntents on Stripe mean
+// (those that count, paymentIntentsThatCount): one that is really the charge's (the ledger's check, against livemode, the mode
 // of Tally's key) → its outcome (resolved by reconcile); one that differs →
 // held payment_intent_mismatch; more than one → held, a double charge a human
 // must see. found is false when there is none.
 func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent, livemode bool) (o ledger.Outcome, found bool) {
+	pis = paymentIntentsThatCount(c, pis)
 	switch len(pis) {
 	case 0:
 		return ledger.Outcome{}, false
@@ -77,6 +78,44 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent, livemode bo
 	}, true
 }
 
+// paymentIntentsThatCount are the PaymentIntents of pis that say something
+// of charge c now. One that a dunning retry canceled (Charge.Retired) says
+// nothing unless money moved for it. Of several, only those for which money
+// moved (succeeded, processing) count, since a dunning retry leaves failed
+// ones behind: one is the charge's outcome, two or more a double charge;
+// when none moved, the newest failed one is the charge's last answer.
+func paymentIntentsThatCount(c *ledger.Charge, pis []*stripe.PaymentIntent) []*stripe.PaymentIntent {
+	var live, moved []*stripe.PaymentIntent
+	for _, pi := range pis {
+		if c.Retired(pi.ID) && !paymentIntentMoved(pi) {
+			continue
+		}
+		live = append(live, pi)
+		if paymentIntentMoved(pi) {
+			moved = append(moved, pi)
+		}
+	}
+	switch {
+	case len(live) <= 1:
+		return live
+	case len(moved) > 0:
+		return moved
+	}
+	newest := live[0]
+	for _, pi := range live[1:] {
+		if pi.Created > newest.Created || (pi.Created == newest.Created && pi.ID > newest.ID) {
+			newest = pi
+		}
+	}
+	return []*stripe.PaymentIntent{newest}
+}
+
+// paymentIntentMoved reports whether money moved, or may still move without
+// anyone confirming it again, for pi: it succeeded or is processing.
+func paymentIntentMoved(pi *stripe.PaymentIntent) bool {
+	return pi.Status == stripe.PaymentIntentStatusSucceeded || pi.Status == stripe.PaymentIntentStatusProcessing
+}
+
 // ReconcileResult is what ReconcileCharge did.
 type ReconcileResult struct {
 	Charge *ledger.Charge
@@ -95,8 +134,10 @@ type ReconcileResult struct {
 
 // reconcileStatuses are the statuses ReconcileCharge looks at: every one not
 // settled in Stripe-confirmed terms. A failed charge's PaymentIntent may yet
-// succeed (the customer authenticates on-session); a held one's may exist.
-var reconcileStatuses = []ledger.ChargeStatus{ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing, ledger.ChargeHeld, ledger.ChargeFailed}
+// succeed (the customer authenticates on-session), so may a past_due or
+// uncollectible one's; a held one's may exist.
+var reconcileStatuses = []ledger.ChargeStatus{ledger.ChargePending, ledger.ChargeUnknown, ledger.ChargeProcessing, ledger.ChargeHeld,
+	ledger.ChargeFailed, ledger.ChargePastDue, ledger.ChargeUncollectible}
 
 // ReconcileCharge brings one charge that is not settled in Stripe-confirmed
 // terms (see reconcileStatuses) in line with Stripe: by its PaymentIntent when

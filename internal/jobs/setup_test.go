@@ -33,6 +33,7 @@ type testBundle struct {
 	crash         *crashOnce
 
 	thresholdInterval time.Duration // setupOpts.thresholdInterval
+	dunningInterval   time.Duration // setupOpts.dunningInterval
 }
 
 // setupOpts is what a test asks of setup; the zero value is a worker that
@@ -45,6 +46,9 @@ type setupOpts struct {
 
 	// thresholdInterval, when set, replaces the usage threshold scan's 20 s.
 	thresholdInterval time.Duration
+
+	// dunningInterval, when set, replaces the dunning scan's minute.
+	dunningInterval time.Duration
 }
 
 // webhookSecret signs the simulator's webhooks in tests.
@@ -72,7 +76,7 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	stripe := stripeapi.New(stripeapi.Config{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
 	crash := &crashOnce{point: opts.crashAt}
 	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash,
-		thresholdInterval: opts.thresholdInterval}
+		thresholdInterval: opts.thresholdInterval, dunningInterval: opts.dunningInterval}
 	bundle.worker = bundle.startWorker(t, ctx)
 	return ctx, bundle
 }
@@ -86,6 +90,7 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 		Logger: b.Logger, RetryPolicy: fastRetry{},
 		DeliverToLoopback:      true, // the tests' webhook receivers listen on 127.0.0.1
 		UsageThresholdInterval: b.thresholdInterval,
+		DunningInterval:        b.dunningInterval,
 	}
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)

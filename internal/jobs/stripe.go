@@ -20,6 +20,10 @@ type Stripe interface {
 	// PaymentIntentGet retrieves a PaymentIntent.
 	PaymentIntentGet(ctx context.Context, id string) (*stripe.PaymentIntent, error)
 
+	// PaymentIntentCancel cancels a PaymentIntent that has not succeeded
+	// nor started processing: it can never succeed after.
+	PaymentIntentCancel(ctx context.Context, id string) (*stripe.PaymentIntent, error)
+
 	// PaymentIntentList returns every PaymentIntent of a Stripe customer
 	// created at or after since, paging through all of them.
 	PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +75,17 @@ type Charge struct {
 	CarriedInCents int64
 	CarriedInto    *int64
 
+	// Dunning (Config.DunningSchedule): PastDueSince is when Stripe first
+	// declined the charge for a reason a later try can fix, NextRetryAt when
+	// a past_due charge is retried next, DunningRetries how many scheduled
+	// retries were made, and RetiredPaymentIntentIDs the PaymentIntents a
+	// retry canceled on Stripe before creating a new one: their news never
+	// moves the charge.
+	PastDueSince            *time.Time
+	NextRetryAt             *time.Time
+	DunningRetries          int
+	RetiredPaymentIntentIDs []string
+
 	// KeyNamespace is the deployment namespace the charge's keys derive from
 	// (and its PaymentIntents carry as metadata.tally_namespace); empty for a
 	// v1 charge, keyed before namespaces existed.
@@ -87,6 +99,12 @@ func (c *Charge) LeaseLive() bool { return c.LeaseOwner != nil && c.LeaseLeft > 
 // Terminal reports whether the charge's status is terminal.
 func (c *Charge) Terminal() bool { return c.Status.Terminal() }
 
+// Retired reports whether pi is a PaymentIntent of the charge that a retry
+// canceled on Stripe (RetiredPaymentIntentIDs).
+func (c *Charge) Retired(pi string) bool {
+	return pi != "" && slices.Contains(c.RetiredPaymentIntentIDs, pi)
+}
+
 const chargeColumns = `id, customer_id, period, status, amount_cents, currency, event_count,
        stripe_customer_id, stripe_payment_method_id, charge_key, idempotency_key, key_generation,
        stripe_payment_intent_id, stripe_charge_id, failure_code, failure_message, held_reason,
@@ -94,7 +112,8 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        generation_first_attempted_at, last_attempted_at, created_at, updated_at,
        period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
        budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds,
-       carried_in_cents, carried_into, coalesce(key_namespace, '') AS key_namespace`
+       carried_in_cents, carried_into, coalesce(key_namespace, '') AS key_namespace,
+       past_due_since, next_retry_at, dunning_retries, retired_payment_intent_ids`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -105,7 +124,8 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.ResolvedBy, &c.LeaseOwner, &c.LeaseExpiresAt, &c.AttemptCount, &c.FirstAttemptedAt,
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
 		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
-		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto, &c.KeyNamespace)
+		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto, &c.KeyNamespace,
+		&c.PastDueSince, &c.NextRetryAt, &c.DunningRetries, &c.RetiredPaymentIntentIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ const (
 	ActionChargingPause  = "charging_pause"
 	ActionChargingResume = "charging_resume"
 	ActionLookupMark     = "lookup_mark"
+	ActionRetry          = "retry"
 )
 
 // ReasonMaxChars bounds an operator's reason.

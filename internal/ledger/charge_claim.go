@@ -69,6 +69,12 @@ type Claim struct {
 	// the key, so a look-up that finds nothing moves to the next generation.
 	KeyExpired bool
 
+	// Retry is set when the charge is past_due and its retry is due: the
+	// claimant cancels on Stripe every PaymentIntent of the charge that could
+	// still succeed, then calls ChargeRetryBegin (or records what it found:
+	// a PaymentIntent that succeeded after all). Nothing else is written.
+	Retry bool
+
 	params ChargeClaimParams
 }
 
@@ -86,8 +92,11 @@ type Claim struct {
 // held instead, or carried forward when below Stripe's minimum, and
 // ChargeClaim returns (nil, nil).
 //
+// A past_due charge whose retry is due (NextRetryAt) is leased with
+// Claim.Retry set, and nothing more (see Claim.Retry).
+//
 // It returns (nil, nil) when the charge is in any other status (terminal,
-// held, processing): there is nothing to do. It returns a *LeaseHeldError
+// held, processing, past_due before its retry): there is nothing to do. It returns a *LeaseHeldError
 // when another live run holds the lease, and ErrChargingPaused while an
 // operator has paused charging (the kill switch).
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
@@ -114,7 +123,8 @@ type claimed struct {
 // by the caller. It returns a *LeaseHeldError or ErrChargingPaused before
 // writing anything, so a caller may still commit what it wrote before.
 func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, p ChargeClaimParams) (claimed, error) {
-	if !c.Status.Chargeable() {
+	retry := c.Status == ChargePastDue && !c.NextRetryAt.After(now)
+	if !c.Status.Chargeable() && !retry {
 		return claimed{}, nil
 	}
 	if c.LeaseLive() {
@@ -122,6 +132,16 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	}
 	if err := l.chargingPausedTx(ctx, tx); err != nil {
 		return claimed{}, err
+	}
+	if retry {
+		// A retry keeps the reservation its first call took.
+		c, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = $4
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now))
+		if err != nil {
+			return claimed{}, fmt.Errorf("error taking lease: %w", err)
+		}
+		return claimed{claim: &Claim{Charge: c, Owner: p.Owner, Retry: true, params: p}}, nil
 	}
 	if !c.BudgetReserved {
 		v, err := l.chargeGuardsTx(ctx, tx, c)

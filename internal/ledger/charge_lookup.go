@@ -75,8 +75,9 @@ RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
 }
 
 // lookupMarkStatuses are the statuses from which a charge may still call
-// Stripe, and so are marked by ChargeLookupMark.
-var lookupMarkStatuses = []string{string(ChargePending), string(ChargeUnknown), string(ChargeHeld)}
+// Stripe, and so are marked by ChargeLookupMark (a past_due one's retry lists
+// its PaymentIntents anyway).
+var lookupMarkStatuses = []string{string(ChargePending), string(ChargeUnknown), string(ChargeHeld), string(ChargePastDue)}
 
 // ChargeLookupMark marks every charge that may still call Stripe (pending,
 // unknown, held) for a look-up at Stripe before its next call, and logs a

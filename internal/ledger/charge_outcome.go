@@ -36,15 +36,23 @@ type Outcome struct {
 // it names (or, held, of the first one Stripe reports): Stripe says the money
 // moved, so the ledger must too — except where the hold itself is about a
 // conflicting PaymentIntent (a double charge, a mismatch), which stays for a
-// human. Succeeded, skipped and canceled never change.
+// human. An uncollectible charge is as a failed one; a past_due one takes the
+// success (or processing) of its own PaymentIntent and a hold. Succeeded,
+// skipped and canceled never change.
 func chargeMayTake(c *Charge, o Outcome) bool {
 	switch c.Status {
 	case ChargePending, ChargeUnknown:
 		return true
 	case ChargeProcessing:
 		return o.Class == OutcomeSucceeded || o.Class == OutcomeFailed || o.Class == OutcomeHeld
-	case ChargeFailed:
+	case ChargeFailed, ChargeUncollectible:
 		return o.Class == OutcomeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
+	case ChargePastDue:
+		// Its declined PaymentIntent may still succeed (the customer
+		// authenticated it) until a retry cancels it; a retry's look-up may
+		// find it held.
+		own := c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
+		return ((o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && own) || o.Class == OutcomeHeld
 	case ChargeHeld:
 		return o.Class == OutcomeSucceeded && o.StripePaymentIntentID != "" &&
 			(c.HeldReason == nil || !c.HeldReason.Conflicting())
@@ -86,14 +94,24 @@ func (d *DoubleCharge) Alert() string {
 // take it (chargeMayTake). A PaymentIntent other than the one c names is
 // never recorded over it: it is a double charge, which holds an unsettled
 // charge and, on a settled one, is logged as an ALERT transition (status
-// unchanged) for a human. releaseLease also clears the lease, whatever
-// happens.
+// unchanged) for a human. News of a PaymentIntent a dunning retry canceled
+// (Charge.Retired) moves nothing, unless it says money moved. releaseLease
+// also clears the lease, whatever happens.
 func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
+	if c.Retired(o.StripePaymentIntentID) && o.Class != OutcomeSucceeded && o.Class != OutcomeProcessing {
+		// News of a PaymentIntent a dunning retry canceled (a late or
+		// replayed webhook): it moved no money and moves nothing.
+		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+		if err != nil {
+			return Applied{}, err
+		}
+		return Applied{Charge: c}, nil
+	}
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
 		double := &DoubleCharge{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
 		l.logger.ErrorContext(ctx, double.Alert(), "alert", "double_charge", "actor", actor, "outcome", string(o.Class))
 		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
-			held, err := chargeWriteOutcomeTx(ctx, tx, now, c, Outcome{
+			held, err := chargeWriteOutcomeTx(ctx, tx, now, c, ChargeHeld, nil, Outcome{
 				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Alert(),
 			}, actor, releaseLease)
 			if err != nil {
@@ -123,7 +141,15 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 		}
 		return Applied{Charge: c}, nil
 	}
-	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, o, actor, releaseLease)
+	next, err := chargeOutcomeStatus(c.Status, o)
+	if err != nil {
+		return Applied{}, err
+	}
+	var nextRetry *time.Time
+	if next == ChargeFailed && DeclineRetryable(o) {
+		next, nextRetry = l.dunningStatus(c, now)
+	}
+	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, next, nextRetry, o, actor, releaseLease)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -169,15 +195,14 @@ func chargeOutcomeStatus(from ChargeStatus, o Outcome) (ChargeStatus, error) {
 	return "", fmt.Errorf("unknown outcome class %q", o.Class)
 }
 
-// chargeWriteOutcomeTx writes outcome o on the locked charge c: its status,
-// PaymentIntent, failure or hold; it logs the transition and keeps the
-// period's spend (chargeSpendTx); releaseLease also clears its lease. Only
-// chargeApplyOutcomeTx calls it, once it decided that c may take o.
-func chargeWriteOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (*Charge, error) {
-	next, err := chargeOutcomeStatus(c.Status, o)
-	if err != nil {
-		return nil, err
-	}
+// chargeWriteOutcomeTx writes outcome o on the locked charge c, moving it to
+// status next (chargeOutcomeStatus, or the dunning's past_due until
+// nextRetry, or uncollectible): its PaymentIntent, failure or hold; it logs
+// the transition and keeps the period's spend (chargeSpendTx); releaseLease
+// also clears its lease. Only chargeApplyOutcomeTx calls it, once it decided
+// that c may take o.
+func chargeWriteOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, next ChargeStatus, nextRetry *time.Time,
+	o Outcome, actor string, releaseLease bool) (*Charge, error) {
 	var resolvedBy, failureCode, failureMessage, heldDetail *string
 	var heldReason *HeldReason
 	switch o.Class {
@@ -191,7 +216,7 @@ func chargeWriteOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Char
 		}
 		heldDetail = ptr(cmp.Or(strings.TrimSpace(detail), "held"))
 	}
-	if o.Class == OutcomeFailed {
+	if o.Class == OutcomeFailed { // failed, past_due or uncollectible
 		failureCode = nullString(o.ErrorCode)
 		failureMessage = nullString(o.ErrorMessage)
 	}
@@ -208,10 +233,12 @@ SET status = $2,
     resolved_by = coalesce($9, resolved_by),
     lease_owner = CASE WHEN $10 THEN NULL ELSE lease_owner END,
     lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END,
+    past_due_since = CASE WHEN $2 = 'past_due' THEN coalesce(past_due_since, $11) ELSE past_due_since END,
+    next_retry_at = $12,
     updated_at = $11
 WHERE id = $1
 RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
-		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, heldDetail, resolvedBy, releaseLease, now))
+		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, heldDetail, resolvedBy, releaseLease, now, nextRetry))
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcome: %w", err)
 	}
@@ -222,6 +249,9 @@ RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
 		}
 		if heldReason != nil {
 			reason = string(*heldReason) + ": " + *heldDetail
+		}
+		if nextRetry != nil {
+			reason += fmt.Sprintf("; retry %d at %s", c.DunningRetries+1, nextRetry.UTC().Format(time.RFC3339))
 		}
 		if err := transitionTx(ctx, tx, now, charge.ID, &c.Status, next, actor, reason); err != nil {
 			return nil, err

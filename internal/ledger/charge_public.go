@@ -26,6 +26,10 @@ type PublicCharge struct {
 	ApprovedAt            *time.Time `json:"approved_at"`
 	LookupRequired        bool       `json:"lookup_required"`
 	ResolvedBy            *string    `json:"resolved_by"`
+	PastDueSince          *time.Time `json:"past_due_since"`
+	NextRetryAt           *time.Time `json:"next_retry_at"`
+	DunningRetries        int        `json:"dunning_retries"`
+	RetiredPaymentIntents []string   `json:"retired_payment_intent_ids"`
 	AttemptCount          int        `json:"attempt_count"`
 	FirstAttemptedAt      *time.Time `json:"first_attempted_at"`
 	LastAttemptedAt       *time.Time `json:"last_attempted_at"`
@@ -39,6 +43,10 @@ func (c *Charge) Public() PublicCharge {
 	if c.HeldReason != nil {
 		held = (*string)(c.HeldReason)
 	}
+	retired := c.RetiredPaymentIntentIDs
+	if retired == nil {
+		retired = []string{}
+	}
 	return PublicCharge{
 		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: string(c.Status), AmountCents: c.AmountCents,
 		Currency: c.Currency, EventCount: c.EventCount, StripeCustomerID: c.StripeCustomerID,
@@ -46,7 +54,8 @@ func (c *Charge) Public() PublicCharge {
 		StripeChargeID: c.StripeChargeID, ChargeKey: c.ChargeKey, KeyGeneration: c.KeyGeneration,
 		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: held,
 		HeldDetail: c.HeldDetail, HeldAt: c.HeldAt, ApprovedAt: c.ApprovedAt, LookupRequired: c.LookupRequired,
-		ResolvedBy: c.ResolvedBy, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
+		ResolvedBy: c.ResolvedBy, PastDueSince: c.PastDueSince, NextRetryAt: c.NextRetryAt, DunningRetries: c.DunningRetries,
+		RetiredPaymentIntents: retired, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
 		LastAttemptedAt: c.LastAttemptedAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 	}
 }

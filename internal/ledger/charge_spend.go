@@ -19,12 +19,13 @@ import (
 // transaction-level advisory lock (periodSpendLockTx).
 
 // chargeSpendTx keeps the period's spend in step with a charge that just
-// changed status: a failed or canceled charge releases its reservation; a
+// changed status: a failed, uncollectible or canceled charge releases its
+// reservation (a past_due one keeps it: it may still be collected); a
 // succeeded one that had none (a late success, a resolve) takes it, whatever
 // the budget, since the money moved. It returns the charge as stored.
 func chargeSpendTx(ctx context.Context, tx pgx.Tx, c *Charge) (*Charge, error) {
 	switch {
-	case c.BudgetReserved && (c.Status == ChargeFailed || c.Status == ChargeCanceled):
+	case c.BudgetReserved && (c.Status == ChargeFailed || c.Status == ChargeCanceled || c.Status == ChargeUncollectible):
 		return chargeSpendSetTx(ctx, tx, c, false)
 	case !c.BudgetReserved && c.Status == ChargeSucceeded:
 		return chargeSpendSetTx(ctx, tx, c, true)

@@ -25,11 +25,19 @@ const (
 	// ChargeCarriedForward: below Stripe's minimum for its currency; never
 	// sent, its amount is billed by the customer's next charge (CarriedInto).
 	ChargeCarriedForward ChargeStatus = "carried_forward"
+
+	// ChargePastDue: Stripe declined it for a reason a later try can fix
+	// (DeclineRetryable); it is retried at NextRetryAt (the dunning
+	// schedule, Config.DunningSchedule).
+	ChargePastDue ChargeStatus = "past_due"
+
+	// ChargeUncollectible: its last scheduled retry was declined too.
+	ChargeUncollectible ChargeStatus = "uncollectible"
 )
 
 // ChargeStatuses lists every status, in the order of the status machine.
 var ChargeStatuses = []ChargeStatus{ChargePending, ChargeProcessing, ChargeUnknown, ChargeHeld,
-	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward}
+	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward, ChargePastDue, ChargeUncollectible}
 
 // chargeStatusList names every status for an error message: "pending,
 // processing, … or carried_forward".
@@ -51,11 +59,11 @@ func (s ChargeStatus) Valid() bool {
 	return false
 }
 
-// Terminal reports whether s never changes again, except that a failed
-// charge takes the late success of its own PaymentIntent.
+// Terminal reports whether s never changes again, except that a failed or
+// uncollectible charge takes the late success of its own PaymentIntent.
 func (s ChargeStatus) Terminal() bool {
 	switch s {
-	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward:
+	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward, ChargeUncollectible:
 		return true
 	}
 	return false
@@ -183,6 +191,21 @@ var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
 	{ChargeHeld, ChargeCanceled}:  {ActorOperator},
 
 	{ChargeFailed, ChargeSucceeded}: {ActorJob, ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
+
+	// Dunning: a retryable decline, the retry (the next key generation once
+	// every PaymentIntent of the charge that could still succeed is
+	// canceled), the end of the schedule, a late success.
+	{ChargePending, ChargePastDue}:          {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargeUnknown, ChargePastDue}:          {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargeProcessing, ChargePastDue}:       {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePending, ChargeUncollectible}:    {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargeUnknown, ChargeUncollectible}:    {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargeProcessing, ChargeUncollectible}: {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePastDue, ChargePending}:          {ActorJob},
+	{ChargePastDue, ChargeProcessing}:       {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePastDue, ChargeSucceeded}:        {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePastDue, ChargeHeld}:             {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargeUncollectible, ChargeSucceeded}:  {ActorJob, ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
 }
 
 // ChargeTransitionAllowed reports whether a charge may move from from to to,

@@ -57,8 +57,8 @@ VALUES ('acme', $1, 'usd', '2026-11-01', '2026-12-01', '2026-12-01 01:00', 'clos
 			require.NoError(t, b.Pool.QueryRow(ctx, `
 INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency, event_count, stripe_customer_id,
                              charge_key, idempotency_key, stripe_payment_intent_id, held_reason, held_at,
-                             period_starts_at, created_at, updated_at)
-VALUES ('acme', $1, $2, 0, 'usd', 0, 'cus_acme', $1, $1, 'pi_' || $1, 'anomaly', now(), '2026-11-01', now(), now())
+                             period_starts_at, past_due_since, next_retry_at, created_at, updated_at)
+VALUES ('acme', $1, $2, 0, 'usd', 0, 'cus_acme', $1, $1, 'pi_' || $1, 'anomaly', now(), '2026-11-01', now(), now(), now(), now())
 RETURNING id`, period, from).Scan(&id))
 			_, err = b.Pool.Exec(ctx, `UPDATE billing.charges SET status = $2 WHERE id = $1`, id, to)
 			if want {
@@ -87,6 +87,12 @@ func TestChargeTransitionAllowedByActor(t *testing.T) {
 		{ledger.ChargeFailed, ledger.ChargeSucceeded, ledger.ActorOperator, false},
 		{ledger.ChargeSucceeded, ledger.ChargeFailed, ledger.ActorReconciler, false},
 		{ledger.ChargeSucceeded, ledger.ChargeSucceeded, ledger.ActorJob, true},
+		{ledger.ChargePastDue, ledger.ChargePending, ledger.ActorJob, true},
+		{ledger.ChargePastDue, ledger.ChargePending, ledger.ActorOperator, false}, // an operator asks for a retry; the job makes it
+		{ledger.ChargeProcessing, ledger.ChargePastDue, ledger.ActorWebhook, true},
+		{ledger.ChargeUncollectible, ledger.ChargeSucceeded, ledger.ActorWebhook, true},
+		{ledger.ChargeUncollectible, ledger.ChargePending, ledger.ActorOperator, false},
+		{ledger.ChargePastDue, ledger.ChargeFailed, ledger.ActorJob, false},
 	} {
 		require.Equal(t, tc.want, ledger.ChargeTransitionAllowed(tc.from, tc.to, tc.by), "%s → %s by %s", tc.from, tc.to, tc.by)
 	}

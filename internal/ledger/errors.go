@@ -93,6 +93,10 @@ const (
 	// ConflictChargeNotCancelable: the charge is settled (or in a status
 	// that only Stripe moves on); it cannot be canceled.
 	ConflictChargeNotCancelable = "charge_not_cancelable"
+
+	// ConflictChargeNotPastDue: only a past_due charge (declined, with
+	// retries left) can be retried.
+	ConflictChargeNotPastDue = "charge_not_past_due"
 )
 
 // ConflictError reports a request that is valid on its own but conflicts with

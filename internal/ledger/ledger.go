@@ -122,6 +122,12 @@ type Config struct {
 	// loopback host (TALLY_WEBHOOKS_ALLOW_HTTP, for development).
 	WebhooksAllowHTTP bool
 
+	// DunningSchedule is when a charge declined for a reason a later try can
+	// fix is retried: offsets from its first decline (ParseDunningSchedule).
+	// Empty: such a decline is final (failed). The server's default is
+	// DunningScheduleDefault.
+	DunningSchedule []time.Duration
+
 	// OnChargeTransition, when set, is told of every charge status change
 	// (from is "" for a charge's creation) once its transaction committed:
 	// the server counts them in tally_charge_transitions_total.

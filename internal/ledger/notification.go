@@ -57,6 +57,10 @@ func chargeNotification(status ChargeStatus) string {
 		return NotifyChargeCarriedForward
 	case ChargeCanceled:
 		return NotifyChargeCanceled
+	case ChargePastDue:
+		return NotifyChargePastDue
+	case ChargeUncollectible:
+		return NotifyChargeUncollectible
 	}
 	return ""
 }

@@ -17,7 +17,7 @@ type OperationsState struct {
 	Now time.Time
 
 	// Charges counts the charges not yet settled, by status (pending,
-	// unknown, processing, held).
+	// unknown, processing, held, past_due).
 	Charges map[ChargeStatus]int64
 
 	// Held counts the held charges by reason.
@@ -30,6 +30,11 @@ type OperationsState struct {
 	// UnsettledSince is when the oldest pending, unknown or processing
 	// charge was created, or nil.
 	UnsettledSince *time.Time
+
+	// RetryOverdueSince is the retry time of the past_due charge whose
+	// retry is the most overdue (the dunning scan has not started it, or
+	// its job cannot finish it), or nil.
+	RetryOverdueSince *time.Time
 
 	// StripeEvents counts the Stripe webhook events received and not yet
 	// processed ("received") or whose processing failed ("failed").
@@ -56,8 +61,10 @@ SELECT now(),
        (SELECT min(closes_at) FROM billing.periods WHERE status = 'open' AND closes_at < now()),
        (SELECT min(created_at) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')),
        (SELECT min(received_at) FROM billing.stripe_events WHERE status IN ('received', 'failed')),
-       (SELECT count(*) FROM billing.webhook_endpoints WHERE disabled_at IS NOT NULL AND deleted_at IS NULL)`).Scan(
-			&st.Now, &st.CloseOverdueSince, &st.UnsettledSince, &st.StripeEventSince, &st.WebhookEndpointsDisabled); err != nil {
+       (SELECT count(*) FROM billing.webhook_endpoints WHERE disabled_at IS NOT NULL AND deleted_at IS NULL),
+       (SELECT min(next_retry_at) FROM billing.charges WHERE status = 'past_due' AND next_retry_at < now())`).Scan(
+			&st.Now, &st.CloseOverdueSince, &st.UnsettledSince, &st.StripeEventSince, &st.WebhookEndpointsDisabled,
+			&st.RetryOverdueSince); err != nil {
 			return fmt.Errorf("error reading the oldest work in flight: %w", err)
 		}
 		var status ChargeStatus
@@ -65,7 +72,7 @@ SELECT now(),
 		var n int64
 		rows, err := tx.Query(ctx, `
 SELECT status, held_reason, count(*) FROM billing.charges
-WHERE status IN ('pending', 'unknown', 'processing', 'held')
+WHERE status IN ('pending', 'unknown', 'processing', 'held', 'past_due')
 GROUP BY 1, 2`)
 		if err != nil {
 			return fmt.Errorf("error counting unsettled charges: %w", err)

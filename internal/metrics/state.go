@@ -16,6 +16,7 @@ type State struct {
 	Held                     map[string]float64    // held charges by reason
 	CloseOverdueSeconds      float64               // the oldest open period past its close
 	UnsettledSeconds         float64               // the oldest pending, unknown or processing charge
+	RetryOverdueSeconds      float64               // the most overdue retry of a past_due charge
 	OutboxLagSeconds         float64               // the oldest charge job available and not taken
 	Jobs                     map[[2]string]float64 // River jobs not completed, by (queue, state)
 	StripeEvents             map[string]float64    // webhook events received (not processed) and failed
@@ -59,7 +60,8 @@ func NewStateCollector(read StateFunc, interval time.Duration, logger *slog.Logg
 			Help: "Failed reads of the state gauges from Postgres (the gauges keep their last values).",
 		}),
 		descs: map[string]*prometheus.Desc{
-			"charges":        desc("tally_charges", "Charges not yet settled, by status (pending, unknown, processing, held).", "status"),
+			"charges":        desc("tally_charges", "Charges not yet settled, by status (pending, unknown, processing, held, past_due).", "status"),
+			"retry_overdue":  desc("tally_charge_retry_overdue_seconds", "How long past its time the most overdue retry of a past_due charge is (0: none overdue)."),
 			"held":           desc("tally_charges_held", "Held charges waiting for an operator, by reason.", "reason"),
 			"close_overdue":  desc("tally_period_close_overdue_seconds", "Age past its close time of the oldest open period (0: none overdue)."),
 			"unsettled":      desc("tally_charge_unsettled_oldest_seconds", "Age of the oldest pending, unknown or processing charge (0: none)."),
@@ -112,7 +114,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(name string, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
 	}
-	for _, status := range []string{"pending", "unknown", "processing", "held"} {
+	for _, status := range []string{"pending", "unknown", "processing", "held", "past_due"} {
 		gauge("charges", st.Charges[status], status)
 	}
 	for reason, n := range st.Held {
@@ -120,6 +122,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge("close_overdue", st.CloseOverdueSeconds)
 	gauge("unsettled", st.UnsettledSeconds)
+	gauge("retry_overdue", st.RetryOverdueSeconds)
 	gauge("outbox_lag", st.OutboxLagSeconds)
 	for k, n := range st.Jobs {
 		gauge("jobs", n, k[0], k[1])

@@ -125,6 +125,12 @@ func (s *Client) PaymentIntentGet(ctx context.Context, id string) (*stripe.Payme
 	return call(ctx, s, "payment_intent_get", params, func() (*stripe.PaymentIntent, error) { return s.api.PaymentIntents.Get(id, params) })
 }
 
+// PaymentIntentCancel implements jobs.Stripe.
+func (s *Client) PaymentIntentCancel(ctx context.Context, id string) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentCancelParams{}
+	return call(ctx, s, "payment_intent_cancel", params, func() (*stripe.PaymentIntent, error) { return s.api.PaymentIntents.Cancel(id, params) })
+}
+
 // RefundCreate implements jobs.Stripe.
 func (s *Client) RefundCreate(ctx context.Context, params *stripe.RefundParams) (*stripe.Refund, error) {
 	return call(ctx, s, "refund_create", params, func() (*stripe.Refund, error) { return s.api.Refunds.New(params) })

@@ -484,20 +484,67 @@ func (s *Server) paymentIntentSettle(id string, params PaymentIntentSettleParams
 		s.eventEmitLocked(eventTypePaymentIntentPaymentFailed, pi, "", "")
 
 	case SettleStatusCanceled:
-		if from != paymentIntentStatusRequiresPaymentMethod && from != paymentIntentStatusRequiresConfirmation &&
-			from != paymentIntentStatusRequiresAction {
+		if !paymentIntentCancelable(from) {
 			return nil, conflict()
 		}
-		pi.Status = paymentIntentStatusCanceled
-		pi.CanceledAt = &now
 		reason := "automatic"
-		pi.CancellationReason = &reason
-		pi.NextAction = nil
-		s.eventEmitLocked(eventTypePaymentIntentCanceled, pi, "", "")
-
+		s.paymentIntentCancelLocked(pi, &reason, now)
 	}
 	s.logger.Info("payment intent settled", "payment_intent", id, "from", from, "to", pi.Status)
 	return mustJSON(pi), nil
+}
+
+// paymentIntentCancelable reports whether a PaymentIntent in status can be
+// canceled (of the statuses the simulator uses).
+func paymentIntentCancelable(status string) bool {
+	return status == paymentIntentStatusRequiresPaymentMethod || status == paymentIntentStatusRequiresConfirmation ||
+		status == paymentIntentStatusRequiresAction
+}
+
+// paymentIntentCancelLocked cancels pi (cancelable) with reason and emits
+// payment_intent.canceled.
+func (s *Server) paymentIntentCancelLocked(pi *paymentIntent, reason *string, now int64) {
+	pi.Status = paymentIntentStatusCanceled
+	pi.CanceledAt = &now
+	pi.CancellationReason = reason
+	pi.NextAction = nil
+	s.eventEmitLocked(eventTypePaymentIntentCanceled, pi, "", "")
+}
+
+// handlePaymentIntentCancel is POST /v1/payment_intents/{id}/cancel: a
+// PaymentIntent that has not succeeded nor started processing is canceled
+// (for good: it can never succeed after); any other answers 400
+// payment_intent_unexpected_state, as Stripe does. Latency faults apply.
+func (s *Server) handlePaymentIntentCancel(w http.ResponseWriter, r *http.Request, rs *requestState) {
+	s.latencyApply(r.Context(), "")
+	id := r.PathValue("id")
+	s.mu.Lock()
+	pi, ok := s.paymentIntentsByID[id]
+	var body []byte
+	var status string
+	if ok {
+		status = pi.Status
+		if paymentIntentCancelable(status) {
+			var reason *string
+			if v := r.PostFormValue("cancellation_reason"); v != "" {
+				reason = &v
+			}
+			s.paymentIntentCancelLocked(pi, reason, s.nowLocked().Unix())
+			body = mustJSON(pi)
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		s.writeError(w, rs, errResourceMissing("intent", "payment_intent", id))
+	case body == nil:
+		s.writeError(w, rs, newInvalidRequest(http.StatusBadRequest, "payment_intent_unexpected_state", "",
+			fmt.Sprintf("You cannot cancel this PaymentIntent because it has a status of %s. Only a PaymentIntent with one of the "+
+				"following statuses may be canceled: requires_payment_method, requires_capture, requires_confirmation, requires_action, processing.", status)))
+	default:
+		s.logger.Info("payment intent canceled", "payment_intent", id, "from", status)
+		s.writeJSONBytes(w, http.StatusOK, body)
+	}
 }
 
 func (s *Server) latestChargeLocked(pi *paymentIntent) *charge {

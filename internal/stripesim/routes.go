@@ -10,6 +10,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("POST /v1/payment_intents", s.stripeHandler(s.handlePaymentIntentCreate))
 	mux.Handle("GET /v1/payment_intents", s.stripeHandler(s.handlePaymentIntentList))
 	mux.Handle("GET /v1/payment_intents/{id}", s.stripeHandler(s.handlePaymentIntentRetrieve))
+	mux.Handle("POST /v1/payment_intents/{id}/cancel", s.stripeHandler(s.handlePaymentIntentCancel))
 	mux.Handle("POST /v1/refunds", s.stripeHandler(s.handleRefundCreate))
 	mux.Handle("GET /v1/refunds", s.stripeHandler(s.handleRefundList))
 	mux.Handle("GET /v1/refunds/{id}", s.stripeHandler(s.handleRefundRetrieve))
