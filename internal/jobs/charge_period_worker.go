@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mathrand "math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -244,6 +245,14 @@ func (r *chargeRun) retry(ctx context.Context) step {
 	if err != nil {
 		return r.release(ctx, err)
 	}
+	if own := c.StripePaymentIntentID; own != nil && !slices.ContainsFunc(pis, func(pi *stripe.PaymentIntent) bool { return pi.ID == *own }) {
+		// The one the ledger names, although the listing missed it.
+		pi, err := r.w.stripe.PaymentIntentGet(ctx, *own)
+		if err != nil {
+			return r.release(ctx, fmt.Errorf("error reading PaymentIntent %s before a retry: %w", *own, err))
+		}
+		pis = append(pis, pi)
+	}
 	var retired []string
 	var moved []*stripe.PaymentIntent
 	for _, pi := range pis {
@@ -286,6 +295,10 @@ func (r *chargeRun) retry(ctx context.Context) step {
 	}
 	next, err := r.w.ledger.ChargeRetryBegin(ctx, r.lease, ledger.ChargeRetryBeginParams{
 		Retired: retired, DefaultPaymentMethodID: pm, Actor: r.actor})
+	if errors.Is(err, ledger.ErrChargingPaused) {
+		r.release(ctx, nil)
+		return r.pausedSnooze(ctx)
+	}
 	if err != nil {
 		return r.release(ctx, err)
 	}

@@ -23,4 +23,5 @@ var (
 	DeliveryAddressForbidden = deliveryAddressForbidden
 	DeliveryClient           = deliveryClient
 	TextExcerpt              = textExcerpt
+	PaymentIntentsThatCount  = paymentIntentsThatCount
 )

@@ -80,34 +80,47 @@ func reconcileOutcome(c *ledger.Charge, pis []*stripe.PaymentIntent, livemode bo
 
 // paymentIntentsThatCount are the PaymentIntents of pis that say something
 // of charge c now. One that a dunning retry canceled (Charge.Retired) says
-// nothing unless money moved for it. Of several, only those for which money
-// moved (succeeded, processing) count, since a dunning retry leaves failed
-// ones behind: one is the charge's outcome, two or more a double charge;
-// when none moved, the newest failed one is the charge's last answer.
+// nothing unless money moved for it. Of several others, a dunning retry
+// leaves canceled ones behind, which can never move money: so one that moved
+// money (succeeded, processing) with the rest canceled is the charge's
+// outcome, and with none that moved, the one still open (a decline the
+// customer may still complete) or else the newest canceled one is. Any other
+// mix — two that moved, or one that moved or is open beside another open one
+// that could still succeed — is returned whole: a double charge a human
+// must see.
 func paymentIntentsThatCount(c *ledger.Charge, pis []*stripe.PaymentIntent) []*stripe.PaymentIntent {
-	var live, moved []*stripe.PaymentIntent
+	var live, moved, open, canceled []*stripe.PaymentIntent
 	for _, pi := range pis {
 		if c.Retired(pi.ID) && !paymentIntentMoved(pi) {
 			continue
 		}
 		live = append(live, pi)
-		if paymentIntentMoved(pi) {
+		switch {
+		case paymentIntentMoved(pi):
 			moved = append(moved, pi)
+		case pi.Status == stripe.PaymentIntentStatusCanceled:
+			canceled = append(canceled, pi)
+		default:
+			open = append(open, pi)
 		}
 	}
 	switch {
 	case len(live) <= 1:
 		return live
-	case len(moved) > 0:
+	case len(moved) == 1 && len(open) == 0:
 		return moved
-	}
-	newest := live[0]
-	for _, pi := range live[1:] {
-		if pi.Created > newest.Created || (pi.Created == newest.Created && pi.ID > newest.ID) {
-			newest = pi
+	case len(moved) == 0 && len(open) == 1:
+		return open
+	case len(moved) == 0 && len(open) == 0:
+		newest := canceled[0]
+		for _, pi := range canceled[1:] {
+			if pi.Created > newest.Created || (pi.Created == newest.Created && pi.ID > newest.ID) {
+				newest = pi
+			}
 		}
+		return []*stripe.PaymentIntent{newest}
 	}
-	return []*stripe.PaymentIntent{newest}
+	return append(moved, open...)
 }
 
 // paymentIntentMoved reports whether money moved, or may still move without

@@ -133,16 +133,6 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	if err := l.chargingPausedTx(ctx, tx); err != nil {
 		return claimed{}, err
 	}
-	if retry {
-		// A retry keeps the reservation its first call took.
-		c, err := scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = $4
-WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now))
-		if err != nil {
-			return claimed{}, fmt.Errorf("error taking lease: %w", err)
-		}
-		return claimed{claim: &Claim{Charge: c, Owner: p.Owner, Retry: true, params: p}}, nil
-	}
 	if !c.BudgetReserved {
 		v, err := l.chargeGuardsTx(ctx, tx, c)
 		if err != nil {
@@ -157,6 +147,17 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), no
 				Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), false)
 			return claimed{held: applied.Charge}, err
 		}
+	}
+	if retry {
+		// A retry keeps the reservation its first call took (or takes it,
+		// having just passed its guards: a charge restored without it).
+		c, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true, updated_at = $4
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now))
+		if err != nil {
+			return claimed{}, fmt.Errorf("error taking lease: %w", err)
+		}
+		return claimed{claim: &Claim{Charge: c, Owner: p.Owner, Retry: true, params: p}}, nil
 	}
 	// The lease, the reservation of a charge that just passed its guards
 	// (one that had passed them before keeps its own), and the payment

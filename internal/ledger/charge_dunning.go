@@ -113,12 +113,13 @@ ORDER BY next_retry_at LIMIT $2`, l.now(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("error listing charges due for a retry: %w", err)
 	}
+	var errs []error
 	for _, id := range ids {
 		if err := l.ChargeJobRunNow(ctx, id); err != nil {
-			return nil, err
+			errs = append(errs, err) // the others still run
 		}
 	}
-	return ids, nil
+	return ids, errors.Join(errs...)
 }
 
 // ChargeRetryReasonDefault is the reason recorded for a retry asked for
@@ -175,7 +176,8 @@ type ChargeRetryBeginParams struct {
 // else p.DefaultPaymentMethodID) and one more dunning retry, and appends the
 // attempt row of the call to come. The caller listed the charge's
 // PaymentIntents, so no look-up is needed before the call. It returns the
-// claim to call Stripe with, or ErrLeaseLost.
+// claim to call Stripe with, ErrLeaseLost, or ErrChargingPaused when an
+// operator paused charging since the claim.
 func (l *Ledger) ChargeRetryBegin(ctx context.Context, claim *Claim, p ChargeRetryBeginParams) (*Claim, error) {
 	var next *Claim
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
@@ -186,6 +188,10 @@ func (l *Ledger) ChargeRetryBegin(ctx context.Context, claim *Claim, p ChargeRet
 		}
 		if c.Status != ChargePastDue || c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
 			return ErrLeaseLost
+		}
+		// The kill switch again: the cancels since the claim took time.
+		if err := l.chargingPausedTx(ctx, tx); err != nil {
+			return err
 		}
 		var registered *string
 		if err := tx.QueryRow(ctx, `
@@ -226,8 +232,8 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm
 		next = &Claim{Charge: updated, Owner: claim.Owner, params: claim.params}
 		return attemptStartTx(ctx, tx, now, next)
 	})
-	if errors.Is(err, ErrLeaseLost) {
-		return nil, ErrLeaseLost
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrChargingPaused) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error starting retry of charge %d: %w", claim.Charge.ID, err)

@@ -63,3 +63,62 @@ func TestDeclineRetryable(t *testing.T) {
 		require.False(t, ledger.DeclineRetryable(o), "%+v", o)
 	}
 }
+
+// TestChargeRetiredPaymentIntent covers the news of a PaymentIntent that a
+// dunning retry canceled (Charge.RetiredPaymentIntentIDs).
+func TestChargeRetiredPaymentIntent(t *testing.T) {
+	t.Parallel()
+	retire := func(t *testing.T, b *testBundle, chargeID int64, pi string) {
+		t.Helper()
+		_, err := b.Pool.Exec(t.Context(), `UPDATE billing.charges SET retired_payment_intent_ids = ARRAY[$2] WHERE id = $1`, chargeID, pi)
+		require.NoError(t, err)
+	}
+
+	t.Run("LateNewsMovesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		retire(t, b, c.ID, "pi_old")
+		a, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_late",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeFailed, StripePaymentIntentID: "pi_old", ErrorCode: "card_declined"}})
+		require.NoError(t, err)
+		require.False(t, a.Changed)
+		require.Equal(t, ledger.ChargePending, a.Charge.Status)
+		require.Nil(t, a.Charge.StripePaymentIntentID)
+	})
+
+	t.Run("StaleProcessingMovesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		retire(t, b, c.ID, "pi_old")
+		a, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_stale",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeProcessing, StripePaymentIntentID: "pi_old"}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePending, a.Charge.Status, "the retry saw it canceled: processing news of it is stale")
+	})
+
+	t.Run("ItsSuccessIsAlerted", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		retire(t, b, c.ID, "pi_old")
+		a, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_odd",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_old"}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePending, a.Charge.Status)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_transitions
+WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_old%canceled by a dunning retry%'`, c.ID), "a human is told")
+	})
+
+	t.Run("OwnCallAnsweringWithItHolds", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := closedCharge(t)
+		claim := b.claimToCall(t, ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "a", LeaseTTL: time.Minute})
+		retire(t, b, c.ID, "pi_old")
+		got, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeFailed,
+			StripePaymentIntentID: "pi_old", ErrorType: "card_error", ErrorCode: "card_declined"}, "job:1/1", nil)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeHeld, got.Status, "the key was used before: calling again would replay it")
+		require.Equal(t, ledger.HeldIdempotencyError, *got.HeldReason)
+		require.Contains(t, *got.HeldDetail, "pi_old")
+		require.Nil(t, got.LeaseOwner)
+	})
+}

@@ -49,9 +49,11 @@ func chargeMayTake(c *Charge, o Outcome) bool {
 		return o.Class == OutcomeSucceeded && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
 	case ChargePastDue:
 		// Its declined PaymentIntent may still succeed (the customer
-		// authenticated it) until a retry cancels it; a retry's look-up may
-		// find it held.
-		own := c.StripePaymentIntentID != nil && *c.StripePaymentIntentID == o.StripePaymentIntentID
+		// authenticated it) until a retry cancels it; a retry's listing may
+		// find it held. A decline answered without its PaymentIntent
+		// leaves the charge naming none: then the one the retry finds.
+		own := o.StripePaymentIntentID != "" &&
+			(c.StripePaymentIntentID == nil || *c.StripePaymentIntentID == o.StripePaymentIntentID)
 		return ((o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && own) || o.Class == OutcomeHeld
 	case ChargeHeld:
 		return o.Class == OutcomeSucceeded && o.StripePaymentIntentID != "" &&
@@ -95,17 +97,38 @@ func (d *DoubleCharge) Alert() string {
 // never recorded over it: it is a double charge, which holds an unsettled
 // charge and, on a settled one, is logged as an ALERT transition (status
 // unchanged) for a human. News of a PaymentIntent a dunning retry canceled
-// (Charge.Retired) moves nothing, unless it says money moved. releaseLease
-// also clears the lease, whatever happens.
+// (Charge.Retired) moves nothing (an ALERT transition when it claims a
+// success) — unless it is the answer to the claimant's own call
+// (releaseLease), whose key was then used before: held idempotency_error. releaseLease also clears the lease,
+// whatever happens.
 func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
-	if c.Retired(o.StripePaymentIntentID) && o.Class != OutcomeSucceeded && o.Class != OutcomeProcessing {
-		// News of a PaymentIntent a dunning retry canceled (a late or
-		// replayed webhook): it moved no money and moves nothing.
-		c, err := chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
-		if err != nil {
-			return Applied{}, err
+	if pi := o.StripePaymentIntentID; c.Retired(pi) {
+		if !releaseLease || !c.Status.Chargeable() {
+			// News of a PaymentIntent a dunning retry canceled (a late,
+			// replayed or reordered webhook): the retry saw it canceled,
+			// and a canceled PaymentIntent never moves money again, so it
+			// moves nothing. One that says it succeeded contradicts Stripe's
+			// own record: a human looks.
+			var err error
+			if o.Class == OutcomeSucceeded {
+				msg := fmt.Sprintf("ALERT charge %d: PaymentIntent %s, canceled by a dunning retry, is reported succeeded", c.ID, pi)
+				l.logger.ErrorContext(ctx, msg, "alert", "retired_payment_intent_succeeded", "actor", actor)
+				c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
+			} else {
+				c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+			}
+			if err != nil {
+				return Applied{}, err
+			}
+			return Applied{Charge: c}, nil
 		}
-		return Applied{Charge: c}, nil
+		// The claimant's own call, with the key of the charge's current
+		// generation, answered with a PaymentIntent a retry canceled: the
+		// key was used before (Tally's record of that was lost: a restore),
+		// and calling again would replay the same answer. A human looks;
+		// approving moves the charge to its next key generation.
+		o = Outcome{Class: OutcomeHeld, HeldReason: HeldIdempotencyError, ErrorMessage: fmt.Sprintf(
+			"key generation %d answered with PaymentIntent %s, which a dunning retry canceled: the key was used before", c.KeyGeneration, pi)}
 	}
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
 		double := &DoubleCharge{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
