@@ -71,8 +71,17 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) er
 
 // customerPut creates customer id (currency usd) with PUT /v1/customers/{id}.
 func (c *apiClient) customerPut(ctx context.Context, id string) error {
-	body := []byte(`{"stripe_customer_id":"cus_` + id + `","currency":"usd"}`)
-	return c.do(ctx, http.MethodPut, "/v1/customers/"+id, body)
+	return c.customerPutThresholds(ctx, id, "")
+}
+
+// customerPutThresholds puts customer id (currency usd) with its
+// usage_alert_thresholds_cents, a JSON array ("": none).
+func (c *apiClient) customerPutThresholds(ctx context.Context, id, thresholds string) error {
+	body := `{"stripe_customer_id":"cus_` + id + `","currency":"usd"`
+	if thresholds != "" {
+		body += `,"usage_alert_thresholds_cents":` + thresholds
+	}
+	return c.do(ctx, http.MethodPut, "/v1/customers/"+id, []byte(body+"}"))
 }
 
 // event is one usage event to post. Ids are plain ASCII (letters, digits

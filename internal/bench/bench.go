@@ -14,6 +14,9 @@
 //	                   then worked by Workers workers
 //	ingest_spread      a fresh database and server (TALLY_ROLES=api); clients post single
 //	                   events spread over the customers
+//	ingest_thresholds  the same server and a worker replica scanning usage thresholds every
+//	                   5 s: the load of ingest_spread in 3 pairs of windows, the customers
+//	                   without thresholds (ingest_thresholds_off), then with three each
 //	ingest_hot         the same server; every client posts to one customer
 //	ingest_batch       the same server; 2 clients post batches of 1,000 events
 //	ingest_after_load  the same server, never restarted: LoadEvents loaded through the
@@ -55,16 +58,21 @@ const (
 	PhaseRawCopy         = "raw_copy"
 	PhaseRiverNoop       = "river_noop"
 	PhaseIngestSpread    = "ingest_spread"
-	PhaseIngestHot       = "ingest_hot"
-	PhaseIngestBatch     = "ingest_batch"
-	PhaseIngestAfterLoad = "ingest_after_load"
-	PhaseCharges         = "charges"
+	PhaseIngestThreshold = "ingest_thresholds"
+
+	// PhaseIngestThresholdOff is ingest_thresholds' paired baseline,
+	// measured within it (not a phase of its own: --only ingest_thresholds).
+	PhaseIngestThresholdOff = "ingest_thresholds_off"
+	PhaseIngestHot          = "ingest_hot"
+	PhaseIngestBatch        = "ingest_batch"
+	PhaseIngestAfterLoad    = "ingest_after_load"
+	PhaseCharges            = "charges"
 )
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
 	PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop,
-	PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
+	PhaseIngestSpread, PhaseIngestThresholdOff, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
 	PhaseCharges,
 }
 
@@ -235,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	r.report.Header = header
 
-	if cfg.runsAny(PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseCharges) {
+	if cfg.runsAny(PhaseIngestSpread, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseCharges) {
 		r.logf("building server, stripesim, billingctl and migrate into %s", r.binDir)
 		if err := proc.Build(ctx, cfg.serverRepo(), r.binDir); err != nil {
 			return nil, fmt.Errorf("error building the commands: %w", err)
@@ -246,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		do     func(context.Context) error
 	}{
 		{[]string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
-		{[]string{PhaseIngestSpread, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
+		{[]string{PhaseIngestSpread, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
 		{[]string{PhaseCharges}, r.charges},
 	}
 	for _, s := range steps {

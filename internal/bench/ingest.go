@@ -6,12 +6,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/proc"
 )
 
@@ -146,6 +148,9 @@ func (r *run) ingest(ctx context.Context) error {
 		step{PhaseIngestSpread, func() (*Result, error) {
 			return r.ingestSingles(ctx, api, PhaseIngestSpread, "sp", customers, spreadNote)
 		}},
+		step{PhaseIngestThreshold, func() (*Result, error) {
+			return r.ingestThresholds(ctx, api, dbURL, customers)
+		}},
 		step{PhaseIngestHot, func() (*Result, error) {
 			return r.ingestSingles(ctx, api, PhaseIngestHot, "hot", customers[:1], "")
 		}},
@@ -163,21 +168,136 @@ func (r *run) ingest(ctx context.Context) error {
 	)
 }
 
-// ingestSingles posts single events from Clients clients for Duration, each
-// to a customer drawn at random from customers.
-func (r *run) ingestSingles(ctx context.Context, api *apiClient, phase, prefix string, customers []string, note string) (*Result, error) {
-	r.logf("%s: %d clients posting single events over %d customer(s) for %s", phase, r.cfg.Clients, len(customers), r.cfg.Duration)
+// thresholdsBench are the usage thresholds every customer gets in
+// ingest_thresholds, in cents: a customer receives a few hundred cents of
+// events a second over all customers, so the lower ones are crossed during
+// the phase and the highest keeps every customer a candidate of each scan.
+const thresholdsBench = "[2000,8000,50000]"
+
+// thresholdScanBench is the worker replica's TALLY_USAGE_THRESHOLD_INTERVAL
+// in ingest_thresholds: a quarter of the default, so two scans or so fall
+// within each window.
+const thresholdScanBench = jobs.UsageThresholdIntervalDefault / 4
+
+// thresholdRounds is how many pairs of windows ingest_thresholds measures.
+const thresholdRounds = 3
+
+// ingestThresholds measures what usage thresholds cost single-event ingest
+// (GitHub issue 14 wants at most 5%): with a worker replica running
+// (api,worker, so that /readyz answers; nothing posts to its API) and
+// scanning every thresholdScanBench, it posts as ingest_spread does in
+// thresholdRounds pairs of windows of Duration — every customer without
+// thresholds (recorded as ingest_thresholds_off), then with thresholdsBench
+// (ingest_thresholds) — so the two sides share the server, the worker, the
+// table's size and the machine's moods.
+func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string, customers []string) (*Result, error) {
+	set := func(thresholds string) error {
+		lr := eachOnce(ctx, r.cfg.Clients, len(customers), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
+			return 1, api.customerPutThresholds(ctx, customers[k], thresholds)
+		})
+		if lr.errors > 0 {
+			return &phaseError{phase: PhaseIngestThreshold, err: fmt.Errorf("error setting thresholds %s: %w", thresholds, lr.firstErr)}
+		}
+		return nil
+	}
+	worker, err := r.startServer(ctx, "worker-thresholds", dbURL, "TALLY_ROLES=api,worker",
+		"TALLY_USAGE_THRESHOLD_INTERVAL="+thresholdScanBench.String(), "STRIPE_API_KEY=sk_test_bench",
+		"STRIPE_API_BASE=http://127.0.0.1:9") // no charge is due: Stripe is never called
+	if err != nil {
+		return nil, err
+	}
+	defer worker.stop()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	count := func() (n int64) {
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM billing.usage_thresholds_reached`).Scan(&n)
+		return n
+	}
+	before := count()
+	window, rounds := r.cfg.Duration, thresholdRounds
+	if r.cfg.Short {
+		rounds = 1
+	}
+	r.logf("%s: %d rounds of %s without thresholds, then %s with %s cents, a worker scanning every %s",
+		PhaseIngestThreshold, rounds, window, window, thresholdsBench, thresholdScanBench)
+	var off, on []loopResult
+	for round := range rounds {
+		for _, side := range []struct {
+			thresholds, prefix string
+			into               *[]loopResult
+		}{{"[]", "tho", &off}, {thresholdsBench, "th", &on}} {
+			if err := set(side.thresholds); err != nil {
+				return nil, err
+			}
+			if err := r.checkpoint(ctx); err != nil {
+				return nil, err
+			}
+			lr := r.singlesLoop(ctx, api, side.prefix+strconv.Itoa(round), customers, window)
+			if err := loopError(PhaseIngestThreshold, lr); err != nil {
+				return nil, err
+			}
+			*side.into = append(*side.into, lr)
+		}
+	}
+	reached := count() - before
+	note := func(with string) string {
+		return fmt.Sprintf("%d clients, single events over %d customers %s, a worker scanning every %s; %d windows of %s interleaved with the other side",
+			r.cfg.Clients, len(customers), with, thresholdScanBench, rounds, window)
+	}
+	offRes := loopsResult(PhaseIngestThresholdOff, mergeLoops(off), note("without thresholds"))
+	if err := r.record(offRes, nil); err != nil {
+		return nil, err
+	}
+	return loopsResult(PhaseIngestThreshold, mergeLoops(on),
+		note(fmt.Sprintf("with thresholds %s cents (%d reached during the phase)", thresholdsBench, reached))), nil
+}
+
+// singlesLoop posts single events from Clients clients for d, each to a
+// customer drawn at random from customers, with ids prefix-client-seq.
+func (r *run) singlesLoop(ctx context.Context, api *apiClient, prefix string, customers []string, d time.Duration) loopResult {
 	rnds := clientRands(r.cfg.Clients, 3)
-	lr := closedLoop(ctx, r.cfg.Clients, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+	return closedLoop(ctx, r.cfg.Clients, d, 0, func(ctx context.Context, c, seq int) (int, error) {
 		ev := event{customer: customers[rnds[c].IntN(len(customers))], id: eventID(prefix, c, seq),
 			amount: 1 + rnds[c].Int64N(1000)}
 		return 1, api.do(ctx, http.MethodPost, pathEvent, appendEvent(make([]byte, 0, 128), ev))
 	})
+}
+
+// mergeLoops adds up loops measured one after the other.
+func mergeLoops(loops []loopResult) loopResult {
+	var m loopResult
+	for _, lr := range loops {
+		m.ops += lr.ops
+		m.units += lr.units
+		m.errors += lr.errors
+		m.elapsed += lr.elapsed
+		m.latencies = append(m.latencies, lr.latencies...)
+		if m.firstErr == nil {
+			m.firstErr = lr.firstErr
+		}
+	}
+	slices.Sort(m.latencies)
+	return m
+}
+
+// loopsResult is the Result of phase from lr, with note.
+func loopsResult(phase string, lr loopResult, note string) *Result {
+	return &Result{Phase: phase, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
+		Latency: newLatency(lr.latencies), Note: note}
+}
+
+// ingestSingles posts single events from Clients clients for Duration, each
+// to a customer drawn at random from customers.
+func (r *run) ingestSingles(ctx context.Context, api *apiClient, phase, prefix string, customers []string, note string) (*Result, error) {
+	r.logf("%s: %d clients posting single events over %d customer(s) for %s", phase, r.cfg.Clients, len(customers), r.cfg.Duration)
+	lr := r.singlesLoop(ctx, api, prefix, customers, r.cfg.Duration)
 	if note == "" {
 		note = fmt.Sprintf("%d clients, single events over %d customer(s)", r.cfg.Clients, len(customers))
 	}
-	return &Result{Phase: phase, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
-		Latency: newLatency(lr.latencies), Note: note}, loopError(phase, lr)
+	return loopsResult(phase, lr, note), loopError(phase, lr)
 }
 
 // ingestBatch posts batches of batchSize events spread over the customers

@@ -109,18 +109,12 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 			// and a canceled PaymentIntent never moves money again, so it
 			// moves nothing. One that says it succeeded contradicts Stripe's
 			// own record: a human looks.
-			var err error
+			var alert, msg string
 			if o.Class == OutcomeSucceeded {
-				msg := fmt.Sprintf("ALERT charge %d: PaymentIntent %s, canceled by a dunning retry, is reported succeeded", c.ID, pi)
-				l.logger.ErrorContext(ctx, msg, "alert", "retired_payment_intent_succeeded", "actor", actor)
-				c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
-			} else {
-				c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+				alert = "retired_payment_intent_succeeded"
+				msg = fmt.Sprintf("ALERT charge %d: PaymentIntent %s, canceled by a dunning retry, is reported succeeded", c.ID, pi)
 			}
-			if err != nil {
-				return Applied{}, err
-			}
-			return Applied{Charge: c}, nil
+			return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, releaseLease)
 		}
 		// The claimant's own call, with the key of the charge's current
 		// generation, answered with a PaymentIntent a retry canceled: the
@@ -149,20 +143,14 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 		return Applied{Charge: c, DoubleCharge: double}, nil
 	}
 	if !chargeMayTake(c, o) {
-		var err error
+		var alert, msg string
 		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {
 			// Money moved for a charge Tally settled without it (canceled,
 			// failed, carried): never silent.
-			msg := fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
-			l.logger.ErrorContext(ctx, msg, "alert", "settled_charge_paid", "actor", actor)
-			c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
-		} else {
-			c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+			alert = "settled_charge_paid"
+			msg = fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
 		}
-		if err != nil {
-			return Applied{}, err
-		}
-		return Applied{Charge: c}, nil
+		return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, releaseLease)
 	}
 	next, err := chargeOutcomeStatus(c.Status, o)
 	if err != nil {
@@ -177,6 +165,23 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 		return Applied{}, err
 	}
 	return Applied{Charge: updated, Changed: updated.Status != c.Status}, nil
+}
+
+// chargeUnmovedTx leaves c's status as it is for an outcome it may not
+// take: an ALERT line and transition (msg) when alert names one, and the
+// lease cleared when releaseLease is set.
+func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, alert, msg string, releaseLease bool) (Applied, error) {
+	var err error
+	if alert != "" {
+		l.logger.ErrorContext(ctx, msg, "alert", alert, "actor", actor)
+		c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
+	} else {
+		c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+	}
+	if err != nil {
+		return Applied{}, err
+	}
+	return Applied{Charge: c}, nil
 }
 
 // chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,

@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,36 +49,12 @@ func (l *Ledger) UsageThresholdScan(ctx context.Context, settle time.Duration) (
 		if err := tx.QueryRow(ctx, `SELECT last_event_id FROM billing.usage_threshold_scan FOR UPDATE`).Scan(&watermark); err != nil {
 			return fmt.Errorf("error reading the threshold scan's watermark: %w", err)
 		}
-		type candidate struct {
-			customerID, period string
-			thresholds         []int64
-		}
-		rows, err := tx.Query(ctx, `
-SELECT e.customer_id, e.period, c.usage_alert_thresholds_cents
-FROM (SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $1) e
-JOIN billing.customers c ON c.customer_id = e.customer_id
-WHERE cardinality(c.usage_alert_thresholds_cents) > 0`, watermark)
+		n, err := usageThresholdsReachTx(ctx, tx, now,
+			`SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $2`, watermark)
 		if err != nil {
-			return fmt.Errorf("error reading the periods with new events: %w", err)
+			return err
 		}
-		candidates, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
-			var c candidate
-			err := row.Scan(&c.customerID, &c.period, &c.thresholds)
-			return c, err
-		})
-		if err != nil {
-			return fmt.Errorf("error reading the periods with new events: %w", err)
-		}
-		for _, c := range candidates {
-			n, err := usageThresholdsCheckTx(ctx, tx, now, c.customerID, c.period, c.thresholds)
-			if err != nil {
-				return err
-			}
-			reached += n
-		}
-		// Up to the last event received more than settle ago: an ingest with
-		// a lower id still in flight now is younger than that, so it is read
-		// next time.
+		reached = n
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.usage_threshold_scan
 SET scanned_at = $3,
@@ -95,54 +70,47 @@ SET scanned_at = $3,
 	return reached, nil
 }
 
-// usageThresholdsCheckTx records, for the period of customerID, each of
-// thresholds its total has reached and that was not recorded before, with
-// its notice, and returns how many.
-func usageThresholdsCheckTx(ctx context.Context, tx pgx.Tx, now time.Time, customerID, period string, thresholds []int64) (int, error) {
+// usageThresholdsReachTx records, in one statement, every threshold that
+// the period total of a candidate (customer, period) — the rows of
+// candidates, a query whose parameters follow $1 (now) — has reached and
+// that was not recorded before, each with its notice, and returns how many.
+// Only the periods with a threshold still open are summed.
+func usageThresholdsReachTx(ctx context.Context, tx pgx.Tx, now time.Time, candidates string, args ...any) (int, error) {
 	rows, err := tx.Query(ctx, `
-SELECT threshold_cents FROM billing.usage_thresholds_reached WHERE customer_id = $1 AND period = $2`, customerID, period)
+WITH candidate AS (`+candidates+`),
+open AS (
+    SELECT c.customer_id, c.period, t.threshold_cents
+    FROM candidate c
+    JOIN billing.customers cu ON cu.customer_id = c.customer_id
+    CROSS JOIN LATERAL unnest(cu.usage_alert_thresholds_cents) AS t(threshold_cents)
+    WHERE NOT EXISTS (SELECT 1 FROM billing.usage_thresholds_reached r
+                      WHERE r.customer_id = c.customer_id AND r.period = c.period AND r.threshold_cents = t.threshold_cents)
+),
+total AS (
+    SELECT p.customer_id, p.period, p.currency,
+           (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events e
+            WHERE e.customer_id = p.customer_id AND e.period = p.period)::bigint AS total_cents
+    FROM (SELECT DISTINCT customer_id, period FROM open) o
+    JOIN billing.periods p ON p.customer_id = o.customer_id AND p.period = o.period
+)
+INSERT INTO billing.usage_thresholds_reached (customer_id, period, threshold_cents, total_cents, currency, reached_at)
+SELECT o.customer_id, o.period, o.threshold_cents, t.total_cents, t.currency, $1
+FROM open o JOIN total t ON t.customer_id = o.customer_id AND t.period = o.period
+WHERE t.total_cents >= o.threshold_cents
+ON CONFLICT DO NOTHING
+RETURNING customer_id, period, threshold_cents`, append([]any{now}, args...)...)
 	if err != nil {
-		return 0, fmt.Errorf("error reading the thresholds reached by %s/%s: %w", customerID, period, err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("error reading the thresholds reached by %s/%s: %w", customerID, period, err)
-	}
-	var open []int64
-	for _, t := range thresholds {
-		if !slices.Contains(done, t) {
-			open = append(open, t)
-		}
-	}
-	if len(open) == 0 {
-		return 0, nil // every threshold reached: no sum to take
-	}
-	var total int64
-	var currency string
-	if err := tx.QueryRow(ctx, `
-SELECT coalesce(sum(e.amount_cents), 0)::bigint, p.currency
-FROM billing.periods p
-LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
-WHERE p.customer_id = $1 AND p.period = $2
-GROUP BY p.currency`, customerID, period).Scan(&total, &currency); err != nil {
-		return 0, fmt.Errorf("error summing %s/%s: %w", customerID, period, err)
+		return 0, fmt.Errorf("error recording the usage thresholds reached: %w", err)
 	}
 	n := 0
-	for _, t := range open {
-		if total < t {
-			continue
-		}
-		tag, err := tx.Exec(ctx, `
-INSERT INTO billing.usage_thresholds_reached (customer_id, period, threshold_cents, total_cents, currency, reached_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT DO NOTHING`, customerID, period, t, total, currency, now)
-		if err != nil {
-			return 0, fmt.Errorf("error recording threshold %d of %s/%s: %w", t, customerID, period, err)
-		}
-		if tag.RowsAffected() == 1 {
-			recordNotice(tx, notice{typ: NotifyUsageThreshold, customerID: customerID, period: period, threshold: t})
-			n++
-		}
+	var customerID, period string
+	var threshold int64
+	if _, err := pgx.ForEachRow(rows, []any{&customerID, &period, &threshold}, func() error {
+		recordNotice(tx, notice{typ: NotifyUsageThreshold, customerID: customerID, period: period, threshold: threshold})
+		n++
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("error recording the usage thresholds reached: %w", err)
 	}
 	return n, nil
 }
@@ -163,14 +131,6 @@ WHERE customer_id = $1 AND period = $2 AND threshold_cents = $3`, customerID, pe
 // against its final total, whatever the scan has read: the backstop that
 // tells every threshold the period reached by its close at the latest.
 func usageThresholdsAtCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, customerID, period string) error {
-	var thresholds []int64
-	if err := tx.QueryRow(ctx, `SELECT usage_alert_thresholds_cents FROM billing.customers WHERE customer_id = $1`,
-		customerID).Scan(&thresholds); err != nil {
-		return fmt.Errorf("error reading the thresholds of %s: %w", customerID, err)
-	}
-	if len(thresholds) == 0 {
-		return nil
-	}
-	_, err := usageThresholdsCheckTx(ctx, tx, now, customerID, period, thresholds)
+	_, err := usageThresholdsReachTx(ctx, tx, now, `SELECT $2::text AS customer_id, $3::text AS period`, customerID, period)
 	return err
 }
