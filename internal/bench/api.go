@@ -69,14 +69,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) er
 	return &statusError{method: method, path: path, status: resp.StatusCode, body: string(sample)}
 }
 
-// customerPut creates customer id (currency usd) with PUT /v1/customers/{id}.
-func (c *apiClient) customerPut(ctx context.Context, id string) error {
-	return c.customerPutThresholds(ctx, id, "")
-}
-
-// customerPutThresholds puts customer id (currency usd) with its
-// usage_alert_thresholds_cents, a JSON array ("": none).
-func (c *apiClient) customerPutThresholds(ctx context.Context, id, thresholds string) error {
+// customerPut creates or updates customer id (currency usd) with PUT
+// /v1/customers/{id}, with its usage_alert_thresholds_cents, a JSON array
+// ("": none).
+func (c *apiClient) customerPut(ctx context.Context, id, thresholds string) error {
 	body := `{"stripe_customer_id":"cus_` + id + `","currency":"usd"`
 	if thresholds != "" {
 		body += `,"usage_alert_thresholds_cents":` + thresholds

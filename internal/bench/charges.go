@@ -61,7 +61,7 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	}
 	startup := time.Since(t0)
 	api := newAPIClient(setup.url, key, r.cfg.Clients)
-	err = r.createCustomers(ctx, api, customers)
+	err = r.putCustomers(ctx, api, customers, "")
 	api.close()
 	setup.stop()
 	if err != nil {

@@ -90,15 +90,17 @@ func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key stri
 	return dbURL, strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
-// createCustomers creates the customers through the API, Clients at a time.
-func (r *run) createCustomers(ctx context.Context, api *apiClient, customers []string) error {
+// putCustomers creates or updates the customers through the API, Clients
+// at a time, with usage thresholds (a JSON array; "": none).
+func (r *run) putCustomers(ctx context.Context, api *apiClient, customers []string, thresholds string) error {
 	lr := eachOnce(ctx, r.cfg.Clients, len(customers), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
-		return 1, api.customerPut(ctx, customers[k])
+		return 1, api.customerPut(ctx, customers[k], thresholds)
 	})
 	if lr.errors > 0 || lr.units != int64(len(customers)) {
-		return fmt.Errorf("error creating %d customers (%d created, %d failed): %w", len(customers), lr.units, lr.errors, lr.firstErr)
+		return fmt.Errorf("error putting %d customers with thresholds %q (%d put, %d failed): %w",
+			len(customers), thresholds, lr.units, lr.errors, lr.firstErr)
 	}
-	r.logf("created %d customers in %s", len(customers), lr.elapsed.Round(time.Millisecond))
+	r.logf("put %d customers (thresholds %q) in %s", len(customers), thresholds, lr.elapsed.Round(time.Millisecond))
 	return nil
 }
 
@@ -136,7 +138,7 @@ func (r *run) ingest(ctx context.Context) error {
 	api := newAPIClient(srv.url, key, max(r.cfg.Clients, loadClients))
 	defer api.close()
 	customers := customerIDs(r.cfg.Customers)
-	if err := r.createCustomers(ctx, api, customers); err != nil {
+	if err := r.putCustomers(ctx, api, customers, ""); err != nil {
 		return err
 	}
 	spreadNote, err := r.openPeriods(ctx, api, customers)
@@ -191,15 +193,6 @@ const thresholdRounds = 3
 // (ingest_thresholds) — so the two sides share the server, the worker, the
 // table's size and the machine's moods.
 func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string, customers []string) (*Result, error) {
-	set := func(thresholds string) error {
-		lr := eachOnce(ctx, r.cfg.Clients, len(customers), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
-			return 1, api.customerPutThresholds(ctx, customers[k], thresholds)
-		})
-		if lr.errors > 0 {
-			return &phaseError{phase: PhaseIngestThreshold, err: fmt.Errorf("error setting thresholds %s: %w", thresholds, lr.firstErr)}
-		}
-		return nil
-	}
 	worker, err := r.startServer(ctx, "worker-thresholds", dbURL, "TALLY_ROLES=api,worker",
 		"TALLY_USAGE_THRESHOLD_INTERVAL="+thresholdScanBench.String(), "STRIPE_API_KEY=sk_test_bench",
 		"STRIPE_API_BASE=http://127.0.0.1:9") // no charge is due: Stripe is never called
@@ -229,8 +222,8 @@ func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string
 			thresholds, prefix string
 			into               *[]loopResult
 		}{{"[]", "tho", &off}, {thresholdsBench, "th", &on}} {
-			if err := set(side.thresholds); err != nil {
-				return nil, err
+			if err := r.putCustomers(ctx, api, customers, side.thresholds); err != nil {
+				return nil, &phaseError{phase: PhaseIngestThreshold, err: err}
 			}
 			if err := r.checkpoint(ctx); err != nil {
 				return nil, err

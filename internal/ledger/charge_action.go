@@ -201,12 +201,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen
 		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, "approved: "+p.Reason); err != nil {
 			return nil, err
 		}
-		var jobID *int64
-		if err := tx.QueryRow(ctx, `SELECT charge_job_id FROM billing.periods WHERE customer_id = $1 AND period = $2 FOR UPDATE`,
-			c.CustomerID, c.Period).Scan(&jobID); err != nil {
-			return nil, fmt.Errorf("error finding charge job: %w", err)
-		}
-		if err := l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID); err != nil {
+		if err := l.chargePeriodJobRunNowTx(ctx, tx, c); err != nil {
 			return nil, err
 		}
 		return updated, nil

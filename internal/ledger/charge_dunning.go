@@ -145,12 +145,7 @@ UPDATE billing.charges SET next_retry_at = $2, updated_at = $2 WHERE id = $1 RET
 		if err != nil {
 			return nil, fmt.Errorf("error setting the retry: %w", err)
 		}
-		var jobID *int64
-		if err := tx.QueryRow(ctx, `SELECT charge_job_id FROM billing.periods WHERE customer_id = $1 AND period = $2 FOR UPDATE`,
-			c.CustomerID, c.Period).Scan(&jobID); err != nil {
-			return nil, fmt.Errorf("error finding charge job: %w", err)
-		}
-		return updated, l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID)
+		return updated, l.chargePeriodJobRunNowTx(ctx, tx, c)
 	})
 }
 

@@ -31,6 +31,18 @@ FOR UPDATE OF p`, chargeID).Scan(&customerID, &period, &jobID)
 	})
 }
 
+// chargePeriodJobRunNowTx makes the charge job of c's period run now, in
+// tx, holding the period row until tx ends (an operator's approval or
+// retry of c).
+func (l *Ledger) chargePeriodJobRunNowTx(ctx context.Context, tx pgx.Tx, c *Charge) error {
+	var jobID *int64
+	if err := tx.QueryRow(ctx, `SELECT charge_job_id FROM billing.periods WHERE customer_id = $1 AND period = $2 FOR UPDATE`,
+		c.CustomerID, c.Period).Scan(&jobID); err != nil {
+		return fmt.Errorf("error finding charge job: %w", err)
+	}
+	return l.chargeJobRunNowTx(ctx, tx, c.CustomerID, c.Period, jobID)
+}
+
 // chargeJobRunNowTx makes the period's charge job run now and records its id
 // when it changed. The caller holds the period row.
 func (l *Ledger) chargeJobRunNowTx(ctx context.Context, tx pgx.Tx, customerID, period string, jobID *int64) error {
