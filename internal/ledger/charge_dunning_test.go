@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -120,5 +121,80 @@ WHERE charge_id = $1 AND reason LIKE 'ALERT%pi_old%canceled by a dunning retry%'
 		require.Equal(t, ledger.HeldIdempotencyError, *got.HeldReason)
 		require.Contains(t, *got.HeldDetail, "pi_old")
 		require.Nil(t, got.LeaseOwner)
+	})
+}
+
+// TestChargeRetryClaim covers the claim and the start of a past_due
+// charge's retry (Claim.Retry, ChargeRetryBegin).
+func TestChargeRetryClaim(t *testing.T) {
+	t.Parallel()
+	// pastDue returns acme's charge of 100, declined with a card error and
+	// due for its retry (the ledger's clock moved an hour on).
+	pastDue := func(t *testing.T) (context.Context, *testBundle, *ledger.Charge) {
+		t.Helper()
+		ctx, b := setup(t, setupOpts{ledger: ledger.Config{DunningSchedule: []time.Duration{time.Hour}}})
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		c := b.close(t, ctx)
+		_, err = b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_1",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeFailed, StripePaymentIntentID: "pi_declined", ErrorType: "card_error", ErrorCode: "card_declined"}})
+		require.NoError(t, err)
+		b.Clock.Advance(time.Hour)
+		c, err = b.Ledger.ChargeGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePastDue, c.Status)
+		return ctx, b, c
+	}
+	claim := func(ctx context.Context, b *testBundle, c *ledger.Charge) (*ledger.Claim, error) {
+		return b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+	}
+
+	t.Run("GuardsAChargeWithoutReservation", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := pastDue(t)
+		// Declined before any claim reserved its amount (a webhook after a
+		// restore), and above the customer's cap since.
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.charges SET budget_reserved = false WHERE id = $1`, c.ID)
+		require.NoError(t, err)
+		limit := int64(50)
+		_, _, err = b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd", MaxChargeCents: &limit})
+		require.NoError(t, err)
+		cl, err := claim(ctx, b, c)
+		require.NoError(t, err)
+		require.Nil(t, cl, "held by its guards: nothing to retry")
+		got, err := b.Ledger.ChargeGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeHeld, got.Status)
+		require.Equal(t, ledger.HeldOverCustomerCap, *got.HeldReason)
+	})
+
+	t.Run("KillSwitchStopsTheNextGeneration", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := pastDue(t)
+		cl, err := claim(ctx, b, c)
+		require.NoError(t, err)
+		require.True(t, cl.Retry)
+		// Paused while the retry cancels on Stripe.
+		_, err = b.Ledger.ChargingPause(ctx, "operator:test", "incident")
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeRetryBegin(ctx, cl, ledger.ChargeRetryBeginParams{Retired: []string{"pi_declined"}, Actor: "job:1/1"})
+		require.ErrorIs(t, err, ledger.ErrChargingPaused)
+		got, err := b.Ledger.ChargeGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePastDue, got.Status)
+		require.Zero(t, got.KeyGeneration, "no next generation while paused")
+	})
+
+	t.Run("NamingNoPaymentIntentTakesTheOneThatMoved", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, c := pastDue(t)
+		// A decline answered without its PaymentIntent.
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.charges SET stripe_payment_intent_id = NULL WHERE id = $1`, c.ID)
+		require.NoError(t, err)
+		a, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "reconciler",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_paid"}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeSucceeded, a.Charge.Status)
+		require.Equal(t, "pi_paid", *a.Charge.StripePaymentIntentID)
 	})
 }
