@@ -98,12 +98,12 @@ func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration
 func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
 	r := w.newRun(job)
 	for _, s := range []func(context.Context) step{
-		r.paymentMethod, // 1b. look up the Stripe customer's default payment method, if the charge will need it
-		r.closeClaim,    // 1a, 2. close the period, find or create its charge and claim its lease, snapshotting the payment method: one transaction, committed before any money moves
-		r.retry,         // 2b. a past_due charge's retry: cancel its PaymentIntents that could still succeed, then the next key generation
-		r.decideKey,     // 3.  look for the charge on Stripe unless its key is proven fresh
-		r.call,          // 4.  create the PaymentIntent with the charge's idempotency key
-		r.record,        // 5.  record the outcome; complete the job in the same transaction
+		r.preflight,  // 1b. look up the Stripe customer's default payment method if the charge will need it, and the charge on Stripe if it was never attempted
+		r.closeClaim, // 1a, 2. close the period, find or create its charge and claim its lease, snapshotting the payment method (and marking the key's first use after a look-up that found nothing): one transaction, committed before any money moves
+		r.retry,      // 2b. a past_due charge's retry: cancel its PaymentIntents that could still succeed, then the next key generation
+		r.decideKey,  // 3.  look for the charge on Stripe unless its key is proven fresh (by the claim, after 1b's look-up)
+		r.call,       // 4.  create the PaymentIntent with the charge's idempotency key
+		r.record,     // 5.  record the outcome; complete the job in the same transaction
 	} {
 		if res := s(ctx); res.end {
 			return res.err
@@ -133,12 +133,13 @@ type chargeRun struct {
 	actor  string
 	logger *slog.Logger
 
-	paymentMethodID string         // step 1b: the Stripe customer's default, for the claim to snapshot
-	paymentMethodOf string         // step 1b: the Stripe customer it was looked up for (paymentMethodID may be empty)
-	lookupErr       error          // step 1b: the look-up failed; the close goes on, the claim waits
-	lease           *ledger.Claim  // steps 1a and 2, readied for the call by step 3
-	leasedAt        time.Time      // step 2, on the monotonic clock: how long the run has held the lease
-	outcome         ledger.Outcome // step 4
+	paymentMethodID string               // step 1b: the Stripe customer's default, for the claim to snapshot
+	paymentMethodOf string               // step 1b: the Stripe customer it was looked up for (paymentMethodID may be empty)
+	lookupErr       error                // step 1b: the payment method's look-up failed; the close goes on, the claim waits
+	lookedUp        *ledger.LookupTarget // step 1b: listed on Stripe, no PaymentIntent carries the charge key
+	lease           *ledger.Claim        // steps 1a and 2, readied for the call by step 3
+	leasedAt        time.Time            // step 2, on the monotonic clock: how long the run has held the lease
+	outcome         ledger.Outcome       // step 4
 }
 
 func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
@@ -147,28 +148,42 @@ func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun
 			slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))}
 }
 
-// paymentMethod is step 1b, taken before the close so that the close and the
-// claim are one transaction: for a charge that will have no payment method
-// (its customer has none registered) and was never attempted, look up the
-// Stripe customer's default one; the claim snapshots it on the charge
-// (ledger.ChargeClaimParams.PaymentMethodID). With no default either, the
-// charge goes on without one and Stripe's answer fails it.
-func (r *chargeRun) paymentMethod(ctx context.Context) step {
-	stripeCustomer, err := r.w.ledger.ChargePaymentMethodNeeded(ctx, r.job.Args.CustomerID, r.job.Args.Period)
+// preflight is step 1b, taken before the close so that the close, the claim
+// and the key's first use are one transaction. For a charge that will have
+// no payment method (its customer has none registered) and was never
+// attempted, it looks up the Stripe customer's default one; the claim
+// snapshots it on the charge (ledger.ChargeClaimParams.PaymentMethodID).
+// With no default either, the charge goes on without one and Stripe's answer
+// fails it. For a charge with no attempt of its key generation on record, it
+// makes the charge's look-up (step 3) now: when no PaymentIntent carries the
+// charge key, the claim marks the key's first use
+// (ledger.ChargeClaimParams.LookedUp); otherwise, or when the listing fails,
+// step 3 looks again once the charge is claimed.
+func (r *chargeRun) preflight(ctx context.Context) step {
+	pf, err := r.w.ledger.ChargePreflight(ctx, r.job.Args.CustomerID, r.job.Args.Period)
 	if err != nil {
 		return endRun(err)
 	}
-	if stripeCustomer == "" {
+	if t := pf.Lookup; t != nil {
+		pis, err := paymentIntentsOf(ctx, r.w.stripe, *t)
+		switch {
+		case err != nil:
+			r.logger.InfoContext(ctx, "look-up before the claim failed; looking again after it", slog.String("error", err.Error()))
+		case len(pis) == 0:
+			r.lookedUp = t
+		}
+	}
+	if pf.PaymentMethodOf == "" {
 		return goOn
 	}
-	pm, err := defaultPaymentMethod(ctx, r.w.stripe, stripeCustomer)
+	pm, err := defaultPaymentMethod(ctx, r.w.stripe, pf.PaymentMethodOf)
 	if err != nil {
 		// The close goes on without it (the claim waits for it): a Stripe
 		// outage delays charges, not the close.
 		r.lookupErr = err
 		return goOn
 	}
-	r.paymentMethodOf, r.paymentMethodID = stripeCustomer, pm
+	r.paymentMethodOf, r.paymentMethodID = pf.PaymentMethodOf, pm
 	return goOn
 }
 
@@ -199,7 +214,7 @@ func (r *chargeRun) closeClaim(ctx context.Context) step {
 	cc, err := r.w.ledger.PeriodCloseClaim(ctx, ledger.PeriodCloseClaimParams{
 		Close: ledger.PeriodCloseParams{CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor},
 		Claim: ledger.ChargeClaimParams{Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
-			PaymentMethodID: r.paymentMethodID},
+			PaymentMethodID: r.paymentMethodID, LookedUp: r.lookedUp},
 		PaymentMethodOf: r.paymentMethodOf,
 	})
 	var held *ledger.LeaseHeldError

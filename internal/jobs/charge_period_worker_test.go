@@ -140,17 +140,23 @@ func TestChargePeriodWorker(t *testing.T) {
 		b.closeNow(t, ctx, "acme")
 		// The dead run's lease blocks every retry until it expires.
 		b.waitCrashed(t)
-		b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.LeaseOwner != nil })
+		c := b.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.LeaseOwner != nil })
 		require.Empty(t, b.paymentIntents("cus_acme"))
+		// It looked at Stripe before the close, found nothing, and its claim
+		// committed the key's first use and its attempt with the close.
+		require.NotNil(t, c.GenerationFirstAttemptedAt, "the claim marked the key's first use")
+		require.Equal(t, []string{""}, b.attempts(t, ctx, c.ID))
 		b.expireLeases()
 
-		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 		pis := b.paymentIntents("cus_acme")
 		require.Len(t, pis, 1)
 		require.Equal(t, pis[0], *c.StripePaymentIntentID)
 		require.Equal(t, total, c.AmountCents)
-		require.Equal(t, []string{"succeeded"}, b.attempts(t, ctx, c.ID), "the dead run died before its look-up: no attempt")
-		require.Equal(t, 1, b.sim.Stats().Requests["GET /v1/payment_intents"]["ok"], "the retry looked at Stripe before calling")
+		require.Equal(t, 0, c.KeyGeneration)
+		require.Equal(t, []string{"", "succeeded"}, b.attempts(t, ctx, c.ID))
+		require.Equal(t, 1, b.sim.Stats().Requests["GET /v1/payment_intents"]["ok"],
+			"the dead run looked at Stripe before its claim; an attempt of the generation is on record, so the retry calls with the same key")
 		b.waitJobsFinalized(t)
 	})
 
@@ -158,6 +164,8 @@ func TestChargePeriodWorker(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{crashAt: jobs.CrashAfterLookup})
 		b.customerWithEvents(t, ctx, "acme", 100, 250)
+		// The look-up before the claim fails, so the run looks after it.
+		b.fault(t, stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindListError500, Count: 1})
 		b.closeNow(t, ctx, "acme")
 		// The dead run found nothing on Stripe and committed its key and attempt.
 		b.waitCrashed(t)

@@ -28,13 +28,19 @@ const lookupLookback = time.Hour
 // failover) and the charge created again later. It lists; it never uses
 // Stripe Search, which lags.
 func chargePaymentIntents(ctx context.Context, s Stripe, c *ledger.Charge) ([]*stripe.PaymentIntent, error) {
-	all, err := s.PaymentIntentList(ctx, c.StripeCustomerID, c.PeriodStartsAt.Add(-lookupLookback))
+	return paymentIntentsOf(ctx, s, c.LookupTarget())
+}
+
+// paymentIntentsOf lists the PaymentIntents of look-up t: chargePaymentIntents
+// of a charge that may not exist yet (ledger.Preflight.Lookup).
+func paymentIntentsOf(ctx context.Context, s Stripe, t ledger.LookupTarget) ([]*stripe.PaymentIntent, error) {
+	all, err := s.PaymentIntentList(ctx, t.StripeCustomerID, t.PeriodStartsAt.Add(-lookupLookback))
 	if err != nil {
 		return nil, err
 	}
 	var mine []*stripe.PaymentIntent
 	for _, pi := range all {
-		if pi.Metadata["tally_charge_key"] == c.ChargeKey && pi.Metadata["tally_namespace"] == c.KeyNamespace {
+		if pi.Metadata["tally_charge_key"] == t.ChargeKey && pi.Metadata["tally_namespace"] == t.Namespace {
 			mine = append(mine, pi)
 		}
 	}

@@ -44,6 +44,19 @@ type ChargeClaimParams struct {
 	// when the charge still has none and Stripe was never called for it, so
 	// every attempt sends the same parameters.
 	PaymentMethodID string
+
+	// LookedUp, when set, is a look-up at Stripe the caller made before the
+	// claim (Preflight.Lookup) that found no PaymentIntent carrying the
+	// charge key. When it is the charge's (Charge.LookupTarget), the charge
+	// holds no attempt of its key generation and no operator asked for a
+	// look-up (LookupRequired), the claim takes it as the charge's look-up
+	// (money path step 3): it marks the key's first use and appends the
+	// attempt row in its own transaction, as ChargeLookupNone would in the
+	// next, and the claim needs no Lookup. That is sound because a run calls
+	// Stripe with a key generation only after committing an attempt of it:
+	// no PaymentIntent carrying the key can have been created since the
+	// look-up, or the claim, under the charge's lock, would see its attempt.
+	LookedUp *LookupTarget
 }
 
 // Claim is a claimed charge. Unless Lookup is set, AttemptID is the attempt
@@ -160,8 +173,10 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), no
 		return claimed{claim: &Claim{Charge: c, Owner: p.Owner, Retry: true, params: p}}, nil
 	}
 	// The lease, the reservation of a charge that just passed its guards
-	// (one that had passed them before keeps its own), and the payment
-	// method of a charge that has none and was never attempted.
+	// (one that had passed them before keeps its own), the payment method
+	// of a charge that has none and was never attempted, and the key's
+	// first use when the caller's look-up stands for the charge's.
+	lookedUp := p.LookedUp != nil && p.LookedUp.Is(c.LookupTarget()) && c.GenerationFirstAttemptedAt == nil && !c.LookupRequired
 	c, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
 SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true,
@@ -169,9 +184,10 @@ SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budg
                                     THEN $5 ELSE stripe_payment_method_id END,
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),
+    generation_first_attempted_at = CASE WHEN $6 THEN $4 ELSE generation_first_attempted_at END,
     last_attempted_at = $4, updated_at = $4
 WHERE id = $1
-RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(p.PaymentMethodID)))
+RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(p.PaymentMethodID), lookedUp))
 	if err != nil {
 		return claimed{}, fmt.Errorf("error taking lease: %w", err)
 	}

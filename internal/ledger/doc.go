@@ -11,7 +11,9 @@
 // period_close.go and charge_create.go (1, close + pre-flight),
 // charge_claim.go with charge_guard.go, charge_spend.go and charge_carry.go
 // (2, claim; the worker closes and claims in one transaction,
-// PeriodCloseClaim), charge_lookup.go (3, decide the key), charge_attempt.go (the
+// PeriodCloseClaim, after ChargePreflight; a look-up at Stripe made before it
+// that found nothing lets the claim mark the key's first use itself),
+// charge_lookup.go (3, decide the key), charge_attempt.go (the
 // attempt log around 4, the call), charge_record.go (5, record the outcome).
 // charge_outcome.go is the one way any outcome moves a charge
 // (chargeApplyOutcomeTx); charge_reconcile.go applies what Stripe says later

@@ -58,7 +58,7 @@ type PeriodCloseClaimParams struct {
 
 	// PaymentMethodOf is the Stripe customer whose default payment method
 	// the caller looked up (Claim.PaymentMethodID, empty when it has none),
-	// as ChargePaymentMethodNeeded asked; "" when it looked up none. The
+	// as ChargePreflight asked; "" when it looked up none. The
 	// claim snapshots it only for a charge of that Stripe customer.
 	PaymentMethodOf string
 }
@@ -76,7 +76,7 @@ type ClosedClaim struct {
 	// NeedsPaymentMethod is set when the charge has no payment method, was
 	// never attempted and the caller looked none up for its Stripe customer
 	// (the look-up failed, or the customer changed since
-	// ChargePaymentMethodNeeded answered): the close is committed but
+	// ChargePreflight answered): the close is committed but
 	// nothing was claimed; look the payment method up and call again.
 	NeedsPaymentMethod bool
 }
@@ -133,29 +133,87 @@ func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams)
 	return &out, nil
 }
 
-// ChargePaymentMethodNeeded returns the Stripe customer whose default
-// payment method the charge of (customer, period) needs looked up before it
-// is claimed (money path step 1b, before the close): the charge, or while
-// it does not exist the customer, has no payment method registered, and
-// the charge was never attempted. It returns "" when there is nothing to
-// look up.
-func (l *Ledger) ChargePaymentMethodNeeded(ctx context.Context, customerID, period string) (string, error) {
+// Preflight is what a charge run reads before the close (money path step
+// 1b) so that it can ask Stripe first, and the close, the claim and the
+// key's first use are one transaction.
+type Preflight struct {
+	// PaymentMethodOf is the Stripe customer whose default payment method
+	// the charge needs looked up: the charge, or while it does not exist the
+	// customer, has no payment method registered, and the charge was never
+	// attempted. "" when there is nothing to look up.
+	PaymentMethodOf string
+
+	// Lookup, when set, is the charge's look-up at Stripe (money path step
+	// 3), due before its first call because this database holds no attempt
+	// of its key generation: a charge not yet created (of a period with
+	// events) or one never attempted. A caller that lists it and finds no
+	// PaymentIntent carrying the key passes it on as
+	// ChargeClaimParams.LookedUp.
+	Lookup *LookupTarget
+}
+
+// LookupTarget is what a look-up at Stripe lists: the Stripe customer's
+// PaymentIntents created since the period began (less a margin) that carry
+// the charge key of the namespace.
+type LookupTarget struct {
+	StripeCustomerID string
+	ChargeKey        string
+	Namespace        string
+	PeriodStartsAt   time.Time
+}
+
+// LookupTarget is the look-up of charge c.
+func (c *Charge) LookupTarget() LookupTarget {
+	return LookupTarget{StripeCustomerID: c.StripeCustomerID, ChargeKey: c.ChargeKey, Namespace: c.KeyNamespace, PeriodStartsAt: c.PeriodStartsAt}
+}
+
+// Is reports whether t and o list the same PaymentIntents.
+func (t LookupTarget) Is(o LookupTarget) bool {
+	return t.StripeCustomerID == o.StripeCustomerID && t.ChargeKey == o.ChargeKey && t.Namespace == o.Namespace &&
+		t.PeriodStartsAt.Equal(o.PeriodStartsAt)
+}
+
+// ChargePreflight returns what the charge of (customer, period) needs from
+// Stripe before its close and claim (Preflight). Everything it says is
+// checked again by the claim, under the charge's lock.
+func (l *Ledger) ChargePreflight(ctx context.Context, customerID, period string) (Preflight, error) {
 	var stripeCustomer string
+	var needsPaymentMethod, needsLookup bool
+	var chargeKey, namespace *string
+	var startsAt *time.Time
 	err := l.pool.QueryRow(ctx, `
-SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id)
+SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id),
+       CASE WHEN ch.id IS NULL THEN cu.stripe_payment_method_id IS NULL
+            ELSE ch.stripe_payment_method_id IS NULL AND ch.first_attempted_at IS NULL
+                 AND ch.status IN ('pending', 'unknown') END,
+       CASE WHEN ch.id IS NULL THEN p.period IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM billing.usage_events e WHERE e.customer_id = $1 AND e.period = $2)
+            ELSE ch.generation_first_attempted_at IS NULL AND NOT ch.lookup_required
+                 AND ch.status IN ('pending', 'unknown') END,
+       ch.charge_key, ch.key_namespace, coalesce(ch.period_starts_at, p.starts_at)
 FROM billing.customers cu
+LEFT JOIN billing.periods p ON p.customer_id = cu.customer_id AND p.period = $2
 LEFT JOIN billing.charges ch ON ch.customer_id = cu.customer_id AND ch.period = $2
-WHERE cu.customer_id = $1
-  AND CASE WHEN ch.id IS NULL THEN cu.stripe_payment_method_id IS NULL
-           ELSE ch.stripe_payment_method_id IS NULL AND ch.first_attempted_at IS NULL
-                AND ch.status IN ('pending', 'unknown') END`, customerID, period).Scan(&stripeCustomer)
+WHERE cu.customer_id = $1`, customerID, period).Scan(&stripeCustomer, &needsPaymentMethod, &needsLookup, &chargeKey, &namespace, &startsAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
+		return Preflight{}, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("error reading the payment method of %s/%s: %w", customerID, period, err)
+		return Preflight{}, fmt.Errorf("error reading the preflight of %s/%s: %w", customerID, period, err)
 	}
-	return stripeCustomer, nil
+	var pf Preflight
+	if needsPaymentMethod {
+		pf.PaymentMethodOf = stripeCustomer
+	}
+	if needsLookup && startsAt != nil {
+		t := LookupTarget{StripeCustomerID: stripeCustomer, PeriodStartsAt: *startsAt,
+			ChargeKey: ChargeKey(l.config.Namespace, customerID, period), Namespace: l.config.Namespace}
+		if chargeKey != nil {
+			t.ChargeKey, t.Namespace = *chargeKey, *namespace
+		}
+		pf.Lookup = &t
+	}
+	return pf, nil
 }
 
 // periodCloseTx is PeriodClose's work in tx. The charge it returns, found or

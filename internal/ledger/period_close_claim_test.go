@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -116,9 +117,9 @@ func TestPeriodCloseClaim(t *testing.T) {
 		require.Nil(t, cc.Claim)
 		b.requireClosedUnclaimed(t, ctx)
 
-		stripeCustomer, err := b.Ledger.ChargePaymentMethodNeeded(ctx, "acme", "2026-11")
+		pf, err := b.Ledger.ChargePreflight(ctx, "acme", "2026-11")
 		require.NoError(t, err)
-		require.Equal(t, "cus_acme", stripeCustomer)
+		require.Equal(t, "cus_acme", pf.PaymentMethodOf)
 
 		// A payment method of the Stripe customer acme had before is not
 		// the charge's.
@@ -152,32 +153,124 @@ func TestPeriodCloseClaim(t *testing.T) {
 	})
 }
 
-func TestChargePaymentMethodNeeded(t *testing.T) {
+func TestChargePreflight(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, setupOpts{})
-	needed := func(customer string) string {
+	preflight := func(customer string) ledger.Preflight {
 		t.Helper()
-		stripeCustomer, err := b.Ledger.ChargePaymentMethodNeeded(ctx, customer, "2026-11")
+		pf, err := b.Ledger.ChargePreflight(ctx, customer, "2026-11")
 		require.NoError(t, err)
-		return stripeCustomer
+		return pf
 	}
 
-	// Before the charge exists, the customer's registration decides.
-	require.Equal(t, "cus_acme", needed("acme"), "no payment method registered")
-	pm := "pm_registered"
-	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "beta", StripeCustomerID: "cus_beta",
-		StripePaymentMethodID: &pm, Currency: "usd"})
-	require.NoError(t, err)
-	require.Empty(t, needed("beta"), "registered")
-	require.Empty(t, needed("nobody"), "no such customer")
+	t.Run("PaymentMethod", func(t *testing.T) {
+		// Before the charge exists, the customer's registration decides.
+		require.Equal(t, "cus_acme", preflight("acme").PaymentMethodOf, "no payment method registered")
+		pm := "pm_registered"
+		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "beta", StripeCustomerID: "cus_beta",
+			StripePaymentMethodID: &pm, Currency: "usd"})
+		require.NoError(t, err)
+		require.Empty(t, preflight("beta").PaymentMethodOf, "registered")
+		require.Equal(t, ledger.Preflight{}, preflight("nobody"), "no such customer")
+	})
 
-	// Once the charge exists, the charge decides: a charge attempted once
-	// keeps the parameters it was attempted with.
-	_, err = b.Ledger.UsageEventRecord(ctx, event("e1", 100))
-	require.NoError(t, err)
-	c := b.close(t, ctx)
-	require.Equal(t, "cus_acme", needed("acme"))
-	_, err = b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "a", LeaseTTL: time.Minute})
-	require.NoError(t, err)
-	require.Empty(t, needed("acme"), "attempted without one")
+	t.Run("LookupBeforeTheChargeExists", func(t *testing.T) {
+		require.Nil(t, preflight("acme").Lookup, "no period")
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		pf := preflight("acme")
+		require.NotNil(t, pf.Lookup)
+		require.Equal(t, "cus_acme", pf.Lookup.StripeCustomerID)
+		require.NotEmpty(t, pf.Lookup.ChargeKey)
+
+		// The charge the close creates is the one looked up.
+		c := b.close(t, ctx)
+		require.True(t, pf.Lookup.Is(c.LookupTarget()), "%+v is not %+v", *pf.Lookup, c.LookupTarget())
+		require.True(t, preflight("acme").Lookup.Is(c.LookupTarget()), "never attempted")
+	})
+
+	t.Run("NoLookupOnceAttemptedOrMarked", func(t *testing.T) {
+		c, err := b.Ledger.ChargeGetByPeriod(ctx, "acme", "2026-11")
+		require.NoError(t, err)
+		claim, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "a", LeaseTTL: time.Minute})
+		require.NoError(t, err)
+		require.NotNil(t, preflight("acme").Lookup, "claimed, its key not used yet")
+		_, err = b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1")
+		require.NoError(t, err)
+		pf := preflight("acme")
+		require.Nil(t, pf.Lookup, "an attempt of the generation is on record")
+		require.Empty(t, pf.PaymentMethodOf, "attempted without one")
+	})
+
+	t.Run("NoLookupForAnEmptyPeriod", func(t *testing.T) {
+		b.Customer(t, "idle")
+		_, err := b.Pool.Exec(ctx, `
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
+VALUES ('idle', '2026-11', 'usd', '2026-11-01Z', '2026-12-01Z', '2026-12-01T01:00Z', now())`)
+		require.NoError(t, err)
+		require.Nil(t, preflight("idle").Lookup, "a period without events makes no call")
+	})
+}
+
+// A look-up made before the claim (Preflight.Lookup) that found nothing
+// stands for the charge's only when it listed the charge's PaymentIntents
+// and nothing since can have called Stripe without the claim seeing it.
+func TestChargeClaimLookedUp(t *testing.T) {
+	t.Parallel()
+	ctx, b, _ := guardBundle(t, ledger.Config{})
+	claimWith := func(c *ledger.Charge, lookedUp ledger.LookupTarget) *ledger.Claim {
+		t.Helper()
+		claim, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute,
+			JobID: 1, JobAttempt: 1, LookedUp: &lookedUp})
+		require.NoError(t, err)
+		return claim
+	}
+
+	t.Run("TheChargesLookupMarksTheKeysFirstUse", func(t *testing.T) {
+		c := closedWith(t, ctx, b, "acme", 1000)
+		claim := claimWith(c, c.LookupTarget())
+		require.False(t, claim.Lookup)
+		require.NotZero(t, claim.AttemptID, "the attempt row of the coming call")
+		require.Equal(t, claim.Charge.FirstAttemptedAt, claim.Charge.GenerationFirstAttemptedAt)
+		require.Equal(t, 0, claim.Charge.KeyGeneration)
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.charge_attempts WHERE charge_id = $1`, c.ID))
+	})
+
+	t.Run("AnotherListingIsNot", func(t *testing.T) {
+		for i, change := range []func(*ledger.LookupTarget){
+			func(t *ledger.LookupTarget) { t.StripeCustomerID = "cus_other" },
+			func(t *ledger.LookupTarget) { t.ChargeKey = ledger.ChargeKey("", "other", "2026-11") },
+			func(t *ledger.LookupTarget) { t.Namespace = "eu" },
+			func(t *ledger.LookupTarget) { t.PeriodStartsAt = t.PeriodStartsAt.Add(time.Hour) },
+		} {
+			c := closedWith(t, ctx, b, fmt.Sprintf("other-%d", i), 1000)
+			target := c.LookupTarget()
+			change(&target)
+			claim := claimWith(c, target)
+			require.True(t, claim.Lookup, "case %d", i)
+			require.Nil(t, claim.Charge.GenerationFirstAttemptedAt, "case %d", i)
+			require.Zero(t, claim.AttemptID, "case %d", i)
+		}
+	})
+
+	t.Run("NotAfterAnAttemptOrAMark", func(t *testing.T) {
+		// Attempted, then its lease expired: an attempt of the generation
+		// is on record, so no look-up is needed at all.
+		c := closedWith(t, ctx, b, "again", 1000)
+		first := claimWith(c, c.LookupTarget())
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.charges SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, c.ID)
+		require.NoError(t, err)
+		again := claimWith(c, c.LookupTarget())
+		require.False(t, again.Lookup)
+		require.Equal(t, first.Charge.GenerationFirstAttemptedAt, again.Charge.GenerationFirstAttemptedAt, "the first use stays")
+
+		// After billingctl recover marked it, only a look-up after the
+		// claim counts.
+		marked := closedWith(t, ctx, b, "marked", 1000)
+		_, err = b.Ledger.ChargeLookupMark(ctx, "operator:test", "restored")
+		require.NoError(t, err)
+		claim := claimWith(marked, marked.LookupTarget())
+		require.True(t, claim.Lookup)
+		require.Nil(t, claim.Charge.GenerationFirstAttemptedAt)
+	})
 }

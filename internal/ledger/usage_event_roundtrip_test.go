@@ -144,6 +144,19 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 	require.NotZero(t, next.AttemptID)
 	// begin, the key and its first use, the attempt row, commit
 	require.Equal(t, int64(4), counter.n.Load(), "statements after a look-up that found nothing:%s", counter)
+
+	// A look-up before the claim that found nothing makes the claim mark
+	// the key's first use: no transaction after it.
+	lookedUp := closedWith(t, ctx, b, "beta", 1000)
+	target := lookedUp.LookupTarget()
+	counter.reset()
+	claim, err = l.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: lookedUp.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 2, JobAttempt: 1,
+		LookedUp: &target})
+	require.NoError(t, err)
+	require.False(t, claim.Lookup)
+	require.NotNil(t, claim.Charge.GenerationFirstAttemptedAt)
+	// the first claim's, and the attempt row
+	require.Equal(t, int64(8), counter.n.Load(), "statements of a first claim after a look-up:%s", counter)
 }
 
 // A batch answers each created event exactly as it was stored: a replay of

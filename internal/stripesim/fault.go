@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// FaultKind names one kind of injected fault. Unless stated otherwise a fault matches only
+// FaultKind names one kind of injected fault. Unless stated otherwise (list_error_500) a fault matches only
 // POST /v1/payment_intents requests whose customer parameter equals Fault.Customer, and
 // POST /v1/refunds requests whose PaymentIntent belongs to that customer (or any such request
 // when Fault.Customer is FaultCustomerAll). The kinds that apply to refunds are latency,
@@ -67,6 +67,11 @@ const (
 	// asynchronous payment methods; stored. PaymentIntentSettle later moves it to succeeded or
 	// failed and emits the matching webhook. Matches only confirm=true requests.
 	FaultKindProcessing FaultKind = "processing"
+
+	// FaultKindListError500 answers 500 api_error to GET /v1/payment_intents listing the
+	// customer's PaymentIntents (every listing when Fault.Customer is FaultCustomerAll),
+	// before anything is read. It matches only listings, never creations.
+	FaultKindListError500 FaultKind = "list_error_500"
 )
 
 // FaultCustomerAll is the Fault.Customer value that matches every request.
@@ -86,6 +91,7 @@ var faultKinds = []FaultKind{
 	FaultKindAuthenticationRequired,
 	FaultKindRequiresAction,
 	FaultKindProcessing,
+	FaultKindListError500,
 }
 
 // faultKindIsOutcome reports whether the kind decides the outcome of a PaymentIntent creation

@@ -271,6 +271,35 @@ func TestFault(t *testing.T) {
 		require.Equal(t, 2, bundle.sim.Stats().Requests["POST /v1/payment_intents"]["rate_limited"])
 	})
 
+	t.Run("ListError500", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		_, err := bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 700, "k1"))
+		require.NoError(t, err)
+
+		list := func(customer string) ([]*stripe.PaymentIntent, error) {
+			iter := bundle.api.PaymentIntents.List(&stripe.PaymentIntentListParams{
+				ListParams: stripe.ListParams{Context: ctx}, Customer: stripe.String(customer)})
+			var pis []*stripe.PaymentIntent
+			for iter.Next() {
+				pis = append(pis, iter.PaymentIntent())
+			}
+			return pis, iter.Err()
+		}
+		require.NoError(t, bundle.sim.FaultAdd(Fault{Customer: "cus_a", Kind: FaultKindListError500, Count: 1}))
+		// Creations and other customers' listings do not take it.
+		_, err = bundle.api.PaymentIntents.New(chargeParams(ctx, "cus_a", 800, "k2"))
+		require.NoError(t, err)
+		_, err = list("cus_b")
+		require.NoError(t, err)
+
+		_, err = list("cus_a")
+		_ = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		pis, err := list("cus_a")
+		require.NoError(t, err, "the fault was for one listing")
+		require.Len(t, pis, 2)
+	})
+
 	t.Run("RequiresAction", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, nil)

@@ -31,6 +31,10 @@ func (s *Server) handlePaymentIntentList(w http.ResponseWriter, r *http.Request,
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, faulted := s.faultTakeLocked(customerID, faultKindIs(FaultKindListError500)); faulted {
+		s.writeError(w, rs, errInternal())
+		return
+	}
 
 	var cursor *paymentIntent
 	if param, id := params.cursor(); id != "" {
