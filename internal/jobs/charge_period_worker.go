@@ -465,7 +465,8 @@ func outcomeLog(class ledger.OutcomeClass) (slog.Level, string) {
 // any other statement (docs/benchmarks.md). So the rest of tx uses the
 // cached generic plan.
 func (r *chargeRun) completeJob(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+	// Sent with the completion, in its round trip.
+	if err := ledger.ExecLater(ctx, tx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
 		return fmt.Errorf("error setting the plan cache mode: %w", err)
 	}
 	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, r.job)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Every Stripe call of a charge is a row of billing.charge_attempts, appended
@@ -21,11 +22,18 @@ func attemptStartTx(ctx context.Context, tx pgx.Tx, now time.Time, claim *Claim)
 	if claim.params.JobID != 0 {
 		jobID, jobAttempt = &claim.params.JobID, &claim.params.JobAttempt
 	}
-	if err := tx.QueryRow(ctx, `
+	// Its id is read once the transaction sends it, with its next statement
+	// (before the claim commits).
+	if err := laterRow(ctx, tx, func(row pgx.Row) error {
+		if err := row.Scan(&claim.AttemptID); err != nil {
+			return fmt.Errorf("error logging attempt: %w", err)
+		}
+		return nil
+	}, `
 INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
                                      river_job_id, river_attempt, started_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now).Scan(&claim.AttemptID); err != nil {
+RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now); err != nil {
 		return fmt.Errorf("error logging attempt: %w", err)
 	}
 	if c.GenerationFirstAttemptedAt == nil {
@@ -40,7 +48,13 @@ UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.
 
 // attemptFinishTx finishes attempt row id with what the call returned.
 func attemptFinishTx(ctx context.Context, tx pgx.Tx, now time.Time, id int64, o Outcome) error {
-	tag, err := tx.Exec(ctx, `
+	// Sent with the next statement; the check runs then.
+	err := laterExec(ctx, tx, func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("attempt %d is already finished", id)
+		}
+		return nil
+	}, `
 UPDATE billing.charge_attempts
 SET finished_at = $2, outcome = $3, http_status = $4, stripe_request_id = $5,
     stripe_payment_intent_id = $6, error_type = $7, error_code = $8, error_message = $9
@@ -49,9 +63,6 @@ WHERE id = $1 AND finished_at IS NULL`, id, now, o.Class, nullInt(o.HTTPStatus),
 		nullString(o.ErrorCode), nullString(o.ErrorMessage))
 	if err != nil {
 		return fmt.Errorf("error finishing attempt %d: %w", id, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("attempt %d is already finished", id)
 	}
 	return nil
 }

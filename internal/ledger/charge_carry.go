@@ -31,24 +31,28 @@ UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id 
 // earlier charge of theirs carried forward and not yet billed: it locks them,
 // and returns their ids and total, for the new charge to add. The caller sets
 // their carried_into (chargeCarriedIntoTx) once the new charge exists.
-func chargeCarriedInTx(ctx context.Context, tx pgx.Tx, customerID, currency string) ([]int64, int64, error) {
-	rows, err := tx.Query(ctx, `
+//
+// The statement is sent with the transaction's next one (laterRows): *ids
+// and *total are filled in then.
+func chargeCarriedInTx(ctx context.Context, tx pgx.Tx, customerID, currency string, ids *[]int64, total *int64) error {
+	*ids, *total = nil, 0
+	err := laterRows(ctx, tx, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, amount int64
+			if err := rows.Scan(&id, &amount); err != nil {
+				return fmt.Errorf("error finding carried charges: %w", err)
+			}
+			*ids, *total = append(*ids, id), *total+amount
+		}
+		return rows.Err()
+	}, `
 SELECT id, amount_cents FROM billing.charges
 WHERE customer_id = $1 AND currency = $2 AND status = 'carried_forward' AND carried_into IS NULL
 ORDER BY id FOR UPDATE`, customerID, currency)
 	if err != nil {
-		return nil, 0, fmt.Errorf("error finding carried charges: %w", err)
+		return fmt.Errorf("error finding carried charges: %w", err)
 	}
-	var ids []int64
-	var total int64
-	for rows.Next() {
-		var id, amount int64
-		if err := rows.Scan(&id, &amount); err != nil {
-			return nil, 0, err
-		}
-		ids, total = append(ids, id), total+amount
-	}
-	return ids, total, rows.Err()
+	return nil
 }
 
 // chargeCarriedIntoTx records that charge into bills the carried charges ids,

@@ -8,10 +8,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// chargeCreateTx sums the closed period and inserts its charge.
-func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, namespace string, now time.Time) (*Charge, error) {
+// chargeCreateTx sums the closed period, whose currency is currency, and
+// inserts its charge.
+func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, namespace, currency string, now time.Time) (*Charge, error) {
+	// Earlier charges carried forward (below Stripe's minimum) are billed
+	// with this one: read (and locked) with the sum, in its round trip.
+	var carriedIDs []int64
+	var carried int64
+	if err := chargeCarriedInTx(ctx, tx, p.CustomerID, currency, &carriedIDs, &carried); err != nil {
+		return nil, err
+	}
 	var count, total int64
-	var currency, stripeCustomer string
+	var stripeCustomer string
 	var paymentMethod *string
 	var startsAt time.Time
 	err := tx.QueryRow(ctx, `
@@ -25,13 +33,6 @@ GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_
 		p.CustomerID, p.Period).Scan(&count, &total, &currency, &startsAt, &stripeCustomer, &paymentMethod)
 	if err != nil {
 		return nil, fmt.Errorf("error summing period: %w", err)
-	}
-
-	// Earlier charges carried forward (below Stripe's minimum) are billed
-	// with this one.
-	carriedIDs, carried, err := chargeCarriedInTx(ctx, tx, p.CustomerID, currency)
-	if err != nil {
-		return nil, err
 	}
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.

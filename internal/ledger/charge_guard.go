@@ -3,7 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -42,6 +42,14 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (guar
 		return guardVerdict{hold: HeldAmountTooLarge, detail: fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents)}, nil
 	}
 	if c.ApprovedAt == nil {
+		// The customer's history is read with the cap, in its round trip.
+		f := l.config.AnomalyFactor
+		var history []int64
+		if f > 0 {
+			if err := chargeHistoryTx(ctx, tx, c, &history); err != nil {
+				return guardVerdict{}, err
+			}
+		}
 		var maxCharge *int64
 		if err := tx.QueryRow(ctx, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`,
 			c.CustomerID).Scan(&maxCharge); err != nil {
@@ -50,11 +58,8 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (guar
 		if maxCharge != nil && c.AmountCents > *maxCharge {
 			return guardVerdict{hold: HeldOverCustomerCap, detail: fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *maxCharge)}, nil
 		}
-		if f := l.config.AnomalyFactor; f > 0 {
-			median, n, err := chargeMedianTx(ctx, tx, c)
-			if err != nil {
-				return guardVerdict{}, err
-			}
+		if f > 0 {
+			median, n := medianOf(history)
 			if n >= anomalyHistoryMin && float64(c.AmountCents) > f*float64(median) {
 				return guardVerdict{hold: HeldAnomaly, detail: fmt.Sprintf("amount %d is more than %g × %d, the median of the customer's last %d succeeded charges",
 					c.AmountCents, f, median, n)}, nil
@@ -83,21 +88,35 @@ SELECT amount_cents FROM billing.charges
 WHERE customer_id = $1 AND status = 'succeeded' AND id <> $2
 ORDER BY period_starts_at DESC, id DESC LIMIT $3`
 
-// chargeMedianTx returns the median amount of the customer's last
-// anomalyHistory succeeded charges before c, and how many there were.
-func chargeMedianTx(ctx context.Context, tx pgx.Tx, c *Charge) (int64, int, error) {
-	rows, err := tx.Query(ctx, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
+// chargeHistoryTx reads into *amounts the amounts of the customer's last
+// anomalyHistory succeeded charges before c, with tx's next statement
+// (laterRows).
+func chargeHistoryTx(ctx context.Context, tx pgx.Tx, c *Charge, amounts *[]int64) error {
+	*amounts = nil
+	err := laterRows(ctx, tx, func(rows pgx.Rows) error {
+		var err error
+		*amounts, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("error reading the customer's charges: %w", err)
+		}
+		return nil
+	}, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
 	if err != nil {
-		return 0, 0, fmt.Errorf("error reading the customer's charges: %w", err)
+		return fmt.Errorf("error reading the customer's charges: %w", err)
 	}
-	amounts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil || len(amounts) == 0 {
-		return 0, 0, err
-	}
-	sort.Slice(amounts, func(i, j int) bool { return amounts[i] < amounts[j] })
+	return nil
+}
+
+// medianOf returns the median of amounts and how many there are.
+func medianOf(amounts []int64) (int64, int) {
 	n := len(amounts)
-	if n%2 == 1 {
-		return amounts[n/2], n, nil
+	if n == 0 {
+		return 0, 0
 	}
-	return (amounts[n/2-1] + amounts[n/2]) / 2, n, nil
+	sorted := slices.Clone(amounts)
+	slices.Sort(sorted)
+	if n%2 == 1 {
+		return sorted[n/2], n
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2, n
 }

@@ -20,7 +20,8 @@ func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64,
 	if reason != "" {
 		r = &reason
 	}
-	_, err := tx.Exec(ctx, `
+	// Nothing reads it back in the transaction: it goes with the next statement.
+	err := laterExec(ctx, tx, nil, `
 INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
 VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
 	if err != nil {

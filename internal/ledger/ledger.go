@@ -235,9 +235,8 @@ const txAttemptsMax = 5
 func (l *Ledger) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= txAttemptsMax; attempt++ {
-		var rec *recordingTx
-		err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-			rec = &recordingTx{Tx: tx}
+		rec := &recordingTx{pool: l.pool}
+		err = rec.run(ctx, func() error {
 			if err := fn(rec); err != nil {
 				return err
 			}
@@ -262,14 +261,36 @@ func (l *Ledger) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // records join its parent's when it is released, and vanish with it when it
 // is rolled back.
 type recordingTx struct {
-	pgx.Tx
+	pgx.Tx // nil until the transaction begins (tx_pipeline.go)
+
+	// pool is where a transaction withTx opened begins; nil for a savepoint
+	// or a caller's transaction (notifyingTx).
+	pool *pgxpool.Pool
+
+	// pending are the statements queued for the next round trip
+	// (laterExec, laterRow).
+	pending *pgx.Batch
+
 	parent      *recordingTx
 	transitions [][2]string // (from, to); from is "" for a charge's creation
 	notices     []notice
 }
 
+// run runs fn in tx, a transaction withTx opened, and commits it; it rolls
+// it back when fn fails (or panics), as pgx.BeginFunc does.
+func (tx *recordingTx) run(ctx context.Context, fn func() error) error {
+	defer func() { _ = tx.Rollback(ctx) }() // after a commit, a no-op
+	if err := fn(); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // Begin starts a savepoint that records like tx.
 func (tx *recordingTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := tx.begin(ctx); err != nil {
+		return nil, err
+	}
 	sp, err := tx.Tx.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -277,9 +298,26 @@ func (tx *recordingTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return &recordingTx{Tx: sp, parent: tx}, nil
 }
 
-// Commit commits (releases a savepoint) and hands the savepoint's records to
-// its parent.
+// Rollback rolls back (to a savepoint), forgetting the queued statements;
+// a transaction that never began has nothing to roll back.
+func (tx *recordingTx) Rollback(ctx context.Context) error {
+	tx.pending = nil
+	if tx.Tx == nil {
+		return nil
+	}
+	return tx.Tx.Rollback(ctx)
+}
+
+// Commit sends the queued statements, commits (releases a savepoint) and
+// hands the savepoint's records to its parent. A transaction that never
+// began has nothing to commit.
 func (tx *recordingTx) Commit(ctx context.Context) error {
+	if err := tx.flush(ctx); err != nil {
+		return err
+	}
+	if tx.Tx == nil {
+		return nil
+	}
 	if err := tx.Tx.Commit(ctx); err != nil {
 		return err
 	}

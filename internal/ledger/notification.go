@@ -95,7 +95,10 @@ func (l *Ledger) notifyingTx(ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) 
 	if err := fn(rec); err != nil {
 		return err
 	}
-	return l.notifyTx(ctx, rec, l.now())
+	if err := l.notifyTx(ctx, rec, l.now()); err != nil {
+		return err
+	}
+	return rec.flush(ctx) // the caller's transaction goes on without rec
 }
 
 // notifyTx writes, in rec's transaction, a notification for each notice

@@ -219,12 +219,12 @@ WHERE cu.customer_id = $1`, customerID, period).Scan(&stripeCustomer, &needsPaym
 // periodCloseTx is PeriodClose's work in tx. The charge it returns, found or
 // created, is locked FOR UPDATE until tx ends.
 func (l *Ledger) periodCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, p PeriodCloseParams) (*Charge, error) {
-	var status string
+	var status, currency string
 	var jobID *int64
 	err := tx.QueryRow(ctx, `
-SELECT status, charge_job_id FROM billing.periods
+SELECT status, charge_job_id, currency FROM billing.periods
 WHERE customer_id = $1 AND period = $2
-FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
+FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID, &currency)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("period %s of customer %q", p.Period, p.CustomerID)
 	}
@@ -232,7 +232,9 @@ FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID)
 		return nil, fmt.Errorf("error locking period: %w", err)
 	}
 	if status == PeriodOpen {
-		if _, err := tx.Exec(ctx, `
+		// Sent with the next statement: the lock above is what orders the
+		// close against ingest.
+		if err := laterExec(ctx, tx, nil, `
 UPDATE billing.periods SET status = 'closed', closed_at = $3
 WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
 			return nil, fmt.Errorf("error closing period: %w", err)
@@ -256,5 +258,5 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	if err := usageThresholdsAtCloseTx(ctx, tx, now, p.CustomerID, p.Period); err != nil {
 		return nil, err
 	}
-	return chargeCreateTx(ctx, tx, p, l.config.Namespace, now)
+	return chargeCreateTx(ctx, tx, p, l.config.Namespace, currency, now)
 }

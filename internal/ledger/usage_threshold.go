@@ -49,12 +49,10 @@ func (l *Ledger) UsageThresholdScan(ctx context.Context, settle time.Duration) (
 		if err := tx.QueryRow(ctx, `SELECT last_event_id FROM billing.usage_threshold_scan FOR UPDATE`).Scan(&watermark); err != nil {
 			return fmt.Errorf("error reading the threshold scan's watermark: %w", err)
 		}
-		n, err := usageThresholdsReachTx(ctx, tx, now,
-			`SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $2`, watermark)
-		if err != nil {
+		if err := usageThresholdsReachTx(ctx, tx, now, &reached,
+			`SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $2`, watermark); err != nil {
 			return err
 		}
-		reached = n
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.usage_threshold_scan
 SET scanned_at = $3,
@@ -73,10 +71,27 @@ SET scanned_at = $3,
 // usageThresholdsReachTx records, in one statement, every threshold that
 // the period total of a candidate (customer, period) — the rows of
 // candidates, a query whose parameters follow $1 (now) — has reached and
-// that was not recorded before, each with its notice, and returns how many.
+// that was not recorded before, each with its notice, counting them in
+// *reached (when not nil). The statement is sent with the transaction's
+// next one (laterRows).
 // Only the periods with a threshold still open are summed.
-func usageThresholdsReachTx(ctx context.Context, tx pgx.Tx, now time.Time, candidates string, args ...any) (int, error) {
-	rows, err := tx.Query(ctx, `
+func usageThresholdsReachTx(ctx context.Context, tx pgx.Tx, now time.Time, reached *int, candidates string, args ...any) error {
+	// Sent with the transaction's next statement: the notices are recorded
+	// then, long before the transaction writes their notifications.
+	return laterRows(ctx, tx, func(rows pgx.Rows) error {
+		var customerID, period string
+		var threshold int64
+		if _, err := pgx.ForEachRow(rows, []any{&customerID, &period, &threshold}, func() error {
+			recordNotice(tx, notice{typ: NotifyUsageThreshold, customerID: customerID, period: period, threshold: threshold})
+			if reached != nil {
+				*reached++
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("error recording the usage thresholds reached: %w", err)
+		}
+		return nil
+	}, `
 WITH candidate AS (`+candidates+`),
 open AS (
     SELECT c.customer_id, c.period, t.threshold_cents
@@ -99,20 +114,6 @@ FROM open o JOIN total t ON t.customer_id = o.customer_id AND t.period = o.perio
 WHERE t.total_cents >= o.threshold_cents
 ON CONFLICT DO NOTHING
 RETURNING customer_id, period, threshold_cents`, append([]any{now}, args...)...)
-	if err != nil {
-		return 0, fmt.Errorf("error recording the usage thresholds reached: %w", err)
-	}
-	n := 0
-	var customerID, period string
-	var threshold int64
-	if _, err := pgx.ForEachRow(rows, []any{&customerID, &period, &threshold}, func() error {
-		recordNotice(tx, notice{typ: NotifyUsageThreshold, customerID: customerID, period: period, threshold: threshold})
-		n++
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("error recording the usage thresholds reached: %w", err)
-	}
-	return n, nil
 }
 
 // usageThresholdTx reads threshold t of (customerID, period) as reached.
@@ -131,6 +132,5 @@ WHERE customer_id = $1 AND period = $2 AND threshold_cents = $3`, customerID, pe
 // against its final total, whatever the scan has read: the backstop that
 // tells every threshold the period reached by its close at the latest.
 func usageThresholdsAtCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, customerID, period string) error {
-	_, err := usageThresholdsReachTx(ctx, tx, now, `SELECT $2::text AS customer_id, $3::text AS period`, customerID, period)
-	return err
+	return usageThresholdsReachTx(ctx, tx, now, nil, `SELECT $2::text AS customer_id, $3::text AS period`, customerID, period)
 }
