@@ -177,7 +177,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 		Logger: config.Logger,
 		Schema: schema.RiverSchema,
 		Queues: map[string]river.QueueConfig{
-			QueueCharges:     {MaxWorkers: config.Concurrency},
+			QueueCharges:     {MaxWorkers: config.Concurrency, FetchPollInterval: chargesFetchPollInterval},
 			QueueWebhooks:    {MaxWorkers: 10},
 			QueueMaintenance: {MaxWorkers: 2},
 			QueueDeliveries:  {MaxWorkers: config.DeliveryWorkers},
@@ -227,3 +227,10 @@ func (p cappedRetry) NextRetry(job *rivertype.JobRow) time.Time {
 	}
 	return next
 }
+
+// chargesFetchPollInterval is how often a worker replica looks for charge
+// jobs that became due without a notification: River announces a job when
+// it is inserted or scheduled, not when its scheduled time (the period's
+// close) passes, so its default, 1 s, would start a closing period's charges
+// up to a second late. Each poll is one indexed read of river_job.
+const chargesFetchPollInterval = 200 * time.Millisecond

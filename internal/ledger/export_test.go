@@ -38,7 +38,9 @@ func (l *Ledger) PeriodCloseInSavepoint(ctx context.Context, p PeriodCloseParams
 
 // WithTx runs fn in a ledger transaction (withTx), for the tests of its
 // pipelining; LaterExec and LaterRow queue statements in it.
-func (l *Ledger) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error { return l.withTx(ctx, fn) }
+func (l *Ledger) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return l.withTx(ctx, fn)
+}
 
 var (
 	LaterExec = laterExec
