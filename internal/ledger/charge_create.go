@@ -23,14 +23,14 @@ func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, namespa
 	var paymentMethod *string
 	var startsAt time.Time
 	err := tx.QueryRow(ctx, `
-SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.currency, p.starts_at,
+SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.starts_at,
        c.stripe_customer_id, c.stripe_payment_method_id
 FROM billing.periods p
 JOIN billing.customers c ON c.customer_id = p.customer_id
 LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
 WHERE p.customer_id = $1 AND p.period = $2
-GROUP BY p.currency, p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
-		p.CustomerID, p.Period).Scan(&count, &total, &currency, &startsAt, &stripeCustomer, &paymentMethod)
+GROUP BY p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
+		p.CustomerID, p.Period).Scan(&count, &total, &startsAt, &stripeCustomer, &paymentMethod)
 	if err != nil {
 		return nil, fmt.Errorf("error summing period: %w", err)
 	}

@@ -96,18 +96,19 @@ func (tx *recordingTx) direct() bool {
 	return tx.Tx != nil && (tx.pending == nil || tx.pending.Len() == 0)
 }
 
-// alone reports whether a statement with args must be sent on its own: its
-// first argument is one of pgx's query options (planFresh), which a batch
-// does not take. What is due is sent before it.
-func (tx *recordingTx) alone(ctx context.Context, args []any) (bool, error) {
-	if len(args) == 0 {
-		return false, nil
+// straight reports whether a statement with args goes straight to the
+// transaction rather than in a batch: nothing is due before it (the
+// transaction has begun and nothing is queued), or its first argument is one
+// of pgx's query options (planFresh), which a batch does not take, and what
+// was due has been sent first.
+func (tx *recordingTx) straight(ctx context.Context, args []any) (bool, error) {
+	if len(args) > 0 {
+		switch args[0].(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID, pgx.QueryRewriter:
+			return true, tx.begin(ctx)
+		}
 	}
-	switch args[0].(type) {
-	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID, pgx.QueryRewriter:
-		return true, tx.begin(ctx)
-	}
-	return false, nil
+	return tx.direct(), nil
 }
 
 // send sends, in one round trip, BEGIN if the transaction has not begun,
@@ -161,6 +162,20 @@ func (tx *recordingTx) flush(ctx context.Context) error {
 	if tx.pending == nil || tx.pending.Len() == 0 {
 		return nil
 	}
+	return tx.sendDue(ctx)
+}
+
+// begin sends BEGIN and the queued statements, if any is due.
+func (tx *recordingTx) begin(ctx context.Context) error {
+	if tx.direct() {
+		return nil
+	}
+	return tx.sendDue(ctx)
+}
+
+// sendDue sends BEGIN (if the transaction has not begun) and the queued
+// statements, and reads their results.
+func (tx *recordingTx) sendDue(ctx context.Context) error {
 	br, err := tx.send(ctx, nil)
 	if err != nil {
 		return err
@@ -170,9 +185,9 @@ func (tx *recordingTx) flush(ctx context.Context) error {
 
 // Exec runs sql, sending BEGIN and the queued statements with it.
 func (tx *recordingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if alone, err := tx.alone(ctx, args); err != nil {
+	if straight, err := tx.straight(ctx, args); err != nil {
 		return pgconn.CommandTag{}, err
-	} else if alone || tx.direct() {
+	} else if straight {
 		return tx.Tx.Exec(ctx, sql, args...)
 	}
 	br, err := tx.send(ctx, &pgx.QueuedQuery{SQL: sql, Arguments: args})
@@ -189,9 +204,9 @@ func (tx *recordingTx) Exec(ctx context.Context, sql string, args ...any) (pgcon
 // QueryRow runs sql when its row is scanned, sending BEGIN and the queued
 // statements with it.
 func (tx *recordingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if alone, err := tx.alone(ctx, args); err != nil {
+	if straight, err := tx.straight(ctx, args); err != nil {
 		return errRow{err}
-	} else if alone || tx.direct() {
+	} else if straight {
 		return tx.Tx.QueryRow(ctx, sql, args...)
 	}
 	return &sentRow{ctx: ctx, tx: tx, sql: sql, args: args}
@@ -211,13 +226,11 @@ type sentRow struct {
 }
 
 func (r *sentRow) Scan(dest ...any) error {
-	q := &pgx.QueuedQuery{SQL: r.sql, Arguments: r.args}
-	q.QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
-	br, err := r.tx.send(r.ctx, q)
+	br, err := r.tx.send(r.ctx, &pgx.QueuedQuery{SQL: r.sql, Arguments: r.args})
 	if err != nil {
 		return err
 	}
-	err = q.Fn(br)
+	err = br.QueryRow().Scan(dest...)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -227,9 +240,9 @@ func (r *sentRow) Scan(dest ...any) error {
 // Query runs sql, sending BEGIN and the queued statements with it. The rows
 // must be closed, as always, before the next statement.
 func (tx *recordingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if alone, err := tx.alone(ctx, args); err != nil {
+	if straight, err := tx.straight(ctx, args); err != nil {
 		return nil, err
-	} else if alone || tx.direct() {
+	} else if straight {
 		return tx.Tx.Query(ctx, sql, args...)
 	}
 	br, err := tx.send(ctx, &pgx.QueuedQuery{SQL: sql, Arguments: args})
@@ -312,16 +325,4 @@ func (tx *recordingTx) Conn() *pgx.Conn {
 		return nil
 	}
 	return tx.Tx.Conn()
-}
-
-// begin sends BEGIN and the queued statements, if any is due.
-func (tx *recordingTx) begin(ctx context.Context) error {
-	if tx.direct() {
-		return nil
-	}
-	br, err := tx.send(ctx, nil)
-	if err != nil {
-		return err
-	}
-	return br.Close()
 }
