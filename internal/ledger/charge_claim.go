@@ -143,11 +143,19 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	if c.LeaseLive() {
 		return claimed{}, &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt, Left: c.LeaseLeft}
 	}
+	var reads *guardReads
+	if !c.BudgetReserved {
+		// Queued: they go with the kill switch's read.
+		var err error
+		if reads, err = l.chargeGuardReadsTx(ctx, tx, c); err != nil {
+			return claimed{}, err
+		}
+	}
 	if err := l.chargingPausedTx(ctx, tx); err != nil {
 		return claimed{}, err
 	}
 	if !c.BudgetReserved {
-		v, err := l.chargeGuardsTx(ctx, tx, c)
+		v, err := l.chargeGuardsTx(ctx, tx, c, reads)
 		if err != nil {
 			return claimed{}, err
 		}

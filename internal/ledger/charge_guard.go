@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -33,7 +34,7 @@ type guardVerdict struct {
 // (budget_reserved) in the same transaction, under the budget's lock when a
 // budget is set. An approved charge skips the cap, anomaly and budget guards
 // (the operator's decision) but is counted.
-func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (guardVerdict, error) {
+func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge, reads *guardReads) (guardVerdict, error) {
 	if min := AmountMinCents(c.Currency); c.AmountCents < min {
 		return guardVerdict{carry: true, detail: fmt.Sprintf("amount %d is below Stripe's minimum of %d %s: carried to the customer's next charge",
 			c.AmountCents, min, c.Currency)}, nil
@@ -42,24 +43,14 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge) (guar
 		return guardVerdict{hold: HeldAmountTooLarge, detail: fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents)}, nil
 	}
 	if c.ApprovedAt == nil {
-		// The customer's history is read with the cap, in its round trip.
-		f := l.config.AnomalyFactor
-		var history []int64
-		if f > 0 {
-			if err := chargeHistoryTx(ctx, tx, c, &history); err != nil {
-				return guardVerdict{}, err
-			}
+		if err := reads.await(ctx, tx); err != nil {
+			return guardVerdict{}, err
 		}
-		var maxCharge *int64
-		if err := tx.QueryRow(ctx, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`,
-			c.CustomerID).Scan(&maxCharge); err != nil {
-			return guardVerdict{}, fmt.Errorf("error reading customer cap: %w", err)
+		if m := reads.maxCharge; m != nil && c.AmountCents > *m {
+			return guardVerdict{hold: HeldOverCustomerCap, detail: fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *m)}, nil
 		}
-		if maxCharge != nil && c.AmountCents > *maxCharge {
-			return guardVerdict{hold: HeldOverCustomerCap, detail: fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *maxCharge)}, nil
-		}
-		if f > 0 {
-			median, n := medianOf(history)
+		if f := l.config.AnomalyFactor; f > 0 {
+			median, n := medianOf(reads.history)
 			if n >= anomalyHistoryMin && float64(c.AmountCents) > f*float64(median) {
 				return guardVerdict{hold: HeldAnomaly, detail: fmt.Sprintf("amount %d is more than %g × %d, the median of the customer's last %d succeeded charges",
 					c.AmountCents, f, median, n)}, nil
@@ -88,21 +79,67 @@ SELECT amount_cents FROM billing.charges
 WHERE customer_id = $1 AND status = 'succeeded' AND id <> $2
 ORDER BY period_starts_at DESC, id DESC LIMIT $3`
 
-// chargeHistoryTx reads into *amounts the amounts of the customer's last
-// anomalyHistory succeeded charges before c, with tx's next statement
-// (laterRows).
-func chargeHistoryTx(ctx context.Context, tx pgx.Tx, c *Charge, amounts *[]int64) error {
-	*amounts = nil
-	err := laterRows(ctx, tx, func(rows pgx.Rows) error {
-		var err error
-		*amounts, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+// guardReads are what the cap and anomaly guards read of a charge's
+// customer: their max_charge_cents and, when the anomaly guard is on, their
+// last succeeded charges. They are queued (chargeGuardReadsTx) to go with
+// the claim's next statement, the kill switch's read, in its round trip.
+type guardReads struct {
+	done      int // how many of the queued reads have run
+	want      int
+	history   []int64
+	maxCharge *int64
+}
+
+// chargeGuardReadsTx queues in tx the reads chargeGuardsTx will need for
+// charge c, nil when it needs none (an approved charge, or one Stripe's
+// limits settle).
+func (l *Ledger) chargeGuardReadsTx(ctx context.Context, tx pgx.Tx, c *Charge) (*guardReads, error) {
+	if c.ApprovedAt != nil || c.AmountCents < AmountMinCents(c.Currency) || c.AmountCents > AmountMaxCents {
+		return nil, nil
+	}
+	r := &guardReads{want: 1}
+	if l.config.AnomalyFactor > 0 {
+		r.want++
+		err := laterRows(ctx, tx, func(rows pgx.Rows) error {
+			var err error
+			if r.history, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return fmt.Errorf("error reading the customer's charges: %w", err)
+			}
+			r.done++
+			return nil
+		}, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
 		if err != nil {
-			return fmt.Errorf("error reading the customer's charges: %w", err)
+			return nil, fmt.Errorf("error reading the customer's charges: %w", err)
 		}
+	}
+	err := laterRow(ctx, tx, func(row pgx.Row) error {
+		if err := row.Scan(&r.maxCharge); err != nil {
+			return fmt.Errorf("error reading customer cap: %w", err)
+		}
+		r.done++
 		return nil
-	}, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
+	}, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`, c.CustomerID)
 	if err != nil {
-		return fmt.Errorf("error reading the customer's charges: %w", err)
+		return nil, fmt.Errorf("error reading customer cap: %w", err)
+	}
+	return r, nil
+}
+
+// await makes sure the reads have run: sent with a statement after them, or
+// now (a ledger without a kill switch sends none).
+func (r *guardReads) await(ctx context.Context, tx pgx.Tx) error {
+	if r == nil {
+		return errors.New("the guards' reads were not queued")
+	}
+	if r.done < r.want {
+		if rec, ok := tx.(*recordingTx); ok {
+			if err := rec.flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if r.done < r.want {
+		return errors.New("the guards' reads did not run")
 	}
 	return nil
 }

@@ -144,6 +144,34 @@ VALUES ('acme', $1, 'succeeded', $2, 'usd', 1, 'cus_acme', $1, $1, 'pi_' || $1, 
 		require.Equal(t, ledger.ChargePending, *actions[0].StatusAfter)
 	})
 
+	t.Run("GuardsReadWithoutAKillSwitch", func(t *testing.T) {
+		// The cap and the history are queued to go with the kill switch's
+		// read; a ledger with no kill switch (no scheduler) sends them itself.
+		t.Parallel()
+		ctx, b, _ := guardBundle(t, ledger.Config{})
+		limit := int64(100)
+		over := closedWith(t, ctx, b, "acme", 500)
+		under := closedWith(t, ctx, b, "beta", 50)
+		for _, id := range []string{"acme", "beta"} {
+			_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: id, StripeCustomerID: "cus_" + id, Currency: "usd", MaxChargeCents: &limit})
+			require.NoError(t, err)
+		}
+		bare, err := ledger.New(b.Pool, ledger.Config{Clock: b.Clock.Now, AnomalyFactor: 10})
+		require.NoError(t, err)
+
+		cl, err := bare.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: over.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+		require.NoError(t, err)
+		require.Nil(t, cl)
+		held, err := b.Ledger.ChargeGet(ctx, over.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.HeldOverCustomerCap, *held.HeldReason)
+
+		cl, err = bare.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: under.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+		require.NoError(t, err)
+		require.NotNil(t, cl)
+		require.True(t, cl.Charge.BudgetReserved)
+	})
+
 	t.Run("BudgetReservesHoldsAndReleases", func(t *testing.T) {
 		t.Parallel()
 		ctx, b, _ := guardBundle(t, ledger.Config{PeriodBudgetCents: 250})

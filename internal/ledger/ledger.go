@@ -274,6 +274,7 @@ type recordingTx struct {
 	parent      *recordingTx
 	transitions [][2]string // (from, to); from is "" for a charge's creation
 	notices     []notice
+	subs        subscriptions // read with the first notice (recordNotice)
 }
 
 // run runs fn in tx, a transaction withTx opened, and commits it; it rolls

@@ -78,10 +78,34 @@ type notice struct {
 
 // recordNotice remembers n in tx, for the notifications written before tx
 // commits. Every ledger transaction is a recordingTx (withTx, notifyingTx).
+// A transaction's first notice queues the read of the webhook endpoints,
+// which then goes with the transaction's next statement instead of a round
+// trip of its own before the commit (notifyTx).
 func recordNotice(tx pgx.Tx, n notice) {
-	if rec, ok := tx.(*recordingTx); ok && !slices.Contains(rec.notices, n) {
-		rec.notices = append(rec.notices, n)
+	rec, ok := tx.(*recordingTx)
+	if !ok || slices.Contains(rec.notices, n) {
+		return
 	}
+	rec.notices = append(rec.notices, n)
+	if rec.parent == nil && !rec.subs.asked {
+		// Not in a savepoint, which may be rolled back with its queue:
+		// notifyTx reads them itself for a notice that joined from one.
+		rec.subs.asked = true
+		rec.queue(webhookSubscriptionsSQL, nil).Query(func(rows pgx.Rows) error {
+			var err error
+			rec.subs.endpoints, err = collectSubscriptions(rows)
+			rec.subs.read = err == nil
+			return err
+		})
+	}
+}
+
+// subscriptions are the webhook endpoints a transaction read for its
+// notifications (recordNotice, notifyTx).
+type subscriptions struct {
+	asked     bool // the read is queued, or was sent
+	read      bool // endpoints holds its result
+	endpoints []subscription
 }
 
 // notifyingTx runs fn in tx, a transaction the caller opened, and writes the
@@ -109,9 +133,20 @@ func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) 
 	if len(rec.notices) == 0 {
 		return nil
 	}
-	endpoints, err := webhookSubscriptionsTx(ctx, rec)
-	if err != nil || len(endpoints) == 0 {
-		return err
+	if rec.subs.asked && !rec.subs.read {
+		if err := rec.flush(ctx); err != nil { // the read recordNotice queued
+			return err
+		}
+	}
+	endpoints := rec.subs.endpoints
+	if !rec.subs.read {
+		var err error
+		if endpoints, err = webhookSubscriptionsTx(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil
 	}
 	for _, n := range rec.notices {
 		var to []subscription
@@ -140,11 +175,18 @@ type subscription struct {
 	disabled bool // for failing: its deliveries are written failed, unsent, for a redelivery once it is enabled
 }
 
+// webhookSubscriptionsSQL reads the endpoints notifications go to.
+const webhookSubscriptionsSQL = `SELECT id, events, disabled_at IS NOT NULL FROM billing.webhook_endpoints WHERE deleted_at IS NULL`
+
 func webhookSubscriptionsTx(ctx context.Context, tx pgx.Tx) ([]subscription, error) {
-	rows, err := tx.Query(ctx, `SELECT id, events, disabled_at IS NOT NULL FROM billing.webhook_endpoints WHERE deleted_at IS NULL`)
+	rows, err := tx.Query(ctx, webhookSubscriptionsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("error reading webhook endpoints: %w", err)
 	}
+	return collectSubscriptions(rows)
+}
+
+func collectSubscriptions(rows pgx.Rows) ([]subscription, error) {
 	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (subscription, error) {
 		var s subscription
 		err := row.Scan(&s.id, &s.events, &s.disabled)

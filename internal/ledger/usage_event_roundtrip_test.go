@@ -152,9 +152,9 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, claim.Lookup)
 	require.True(t, claim.Charge.BudgetReserved, "the lease's update reserves the amount")
-	// begin with the charge FOR UPDATE, the kill switch, the customer's
-	// history with their cap, the lease (and the reservation), commit
-	require.Equal(t, int64(5), counter.n.Load(), "round trips of a first claim:%s", counter)
+	// begin with the charge FOR UPDATE, the customer's history and cap with
+	// the kill switch, the lease (and the reservation), commit
+	require.Equal(t, int64(4), counter.n.Load(), "round trips of a first claim:%s", counter)
 
 	counter.reset()
 	next, err := l.ChargeLookupNone(ctx, claim, "job:1/1")
@@ -176,7 +176,44 @@ func TestChargeClaimRoundTrips(t *testing.T) {
 	require.NotNil(t, claim.Charge.GenerationFirstAttemptedAt)
 	// the first claim's, and the attempt row (sent before the commit: nothing
 	// came after it here; a worker's close reads the webhook endpoints then)
-	require.Equal(t, int64(6), counter.n.Load(), "round trips of a first claim after a look-up:%s", counter)
+	require.Equal(t, int64(5), counter.n.Load(), "round trips of a first claim after a look-up:%s", counter)
+}
+
+// A transaction's first notice sends the read of the webhook endpoints
+// with the statement after it: recording an outcome whose caller completes
+// its job in the same transaction costs no round trip for them, and what
+// the read found decides the notifications as before.
+func TestNoticeReadsEndpointsAhead(t *testing.T) {
+	config := ledger.Config{AnomalyFactor: ledger.AnomalyFactorDefault}
+	ctx, b, _ := guardBundle(t, config)
+	l, counter := countingLedger(t, b, config)
+	record := func(customer string) {
+		t.Helper()
+		c := closedWith(t, ctx, b, customer, 1000)
+		claim, err := l.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: c.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+		require.NoError(t, err)
+		claim, err = l.ChargeLookupNone(ctx, claim, "job:1/1")
+		require.NoError(t, err)
+		counter.reset()
+		_, err = l.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_" + customer}, "job:1/1",
+			func(ctx context.Context, tx pgx.Tx) error {
+				var one int
+				return tx.QueryRow(ctx, `SELECT 1`).Scan(&one) // as a job's completion
+			})
+		require.NoError(t, err)
+	}
+
+	record("acme")
+	// begin with the charge FOR UPDATE; the attempt's result with the
+	// charge's update; the transition and the endpoints with the caller's
+	// statement; commit
+	require.Equal(t, int64(4), counter.n.Load(), "round trips of an outcome's record:%s", counter)
+	require.Empty(t, b.notifications(t, ctx))
+
+	endpoint := b.subscribe(t, ctx, ledger.NotifyChargeSucceeded)
+	record("beta")
+	require.Equal(t, []string{ledger.NotifyChargeSucceeded}, b.notifications(t, ctx))
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.webhook_deliveries WHERE endpoint_id = $1`, endpoint))
 }
 
 // A batch answers each created event exactly as it was stored: a replay of
