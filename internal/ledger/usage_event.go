@@ -479,10 +479,15 @@ RETURNING customer_id, event_id, id, properties`, planFresh,
 // found by its primary key alone and its status checked after the lock, so
 // the plan is an index lookup of one row whatever the statistics say (with
 // status and closes_at in the lookup, a planner without statistics picks the
-// partial index of open periods and filters every open period).
+// partial index of open periods and filters every open period). Inserting
+// only from the period's row, it marks itself (tally.event_period_held) so
+// that the check that every event's period exists skips it (migration 00018):
+// the value is this statement's alone, its transaction and start time.
 const usageEventInsertOpenSQL = `
 WITH p AS MATERIALIZED (
-  SELECT currency, status, closes_at FROM billing.periods
+  SELECT currency, status, closes_at,
+         set_config('tally.event_period_held', pg_current_xact_id()::text || '@' || statement_timestamp()::text, true)
+  FROM billing.periods
   WHERE customer_id = $1 AND period = $3
   FOR KEY SHARE
 )

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
 )
 
 // requireForeignKeyViolation requires err to be Postgres' foreign_key_violation.
@@ -20,7 +22,8 @@ func requireForeignKeyViolation(t *testing.T, err error, contains string) {
 // TestUsageEventPeriodCheck holds what the foreign key from usage_events to
 // periods guaranteed, now that a statement trigger checks it (migration 00013):
 // no event without its period, in a single-row or a multi-row insert, and no
-// period with events deleted or re-keyed.
+// period with events deleted or re-keyed; the single-event statement, which
+// inserts from its period's row, is the one statement not checked (00018).
 func TestUsageEventPeriodCheck(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, setupOpts{})
@@ -48,6 +51,35 @@ FROM unnest($1::text[], $2::text[]) AS x (e, p)`
 	t.Run("EventsWithPeriod", func(t *testing.T) {
 		_, err := b.Pool.Exec(ctx, insert, []string{"x5", "x6"}, []string{period, period})
 		require.NoError(t, err)
+	})
+
+	t.Run("SingleEventStatementAloneSkipsTheCheck", func(t *testing.T) {
+		// The single-event statement inserts from its period's row, held
+		// FOR KEY SHARE, and marks itself (migration 00018): the check skips
+		// it, and only it — a later statement of the same transaction, a
+		// plain insert here, is checked.
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // a rollback after the test's statements
+		_, err = tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`)
+		require.NoError(t, err)
+		checks := func() (n int64) {
+			t.Helper()
+			require.NoError(t, tx.QueryRow(ctx, `
+SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE schemaname = 'billing' AND funcname = 'usage_events_period_exists'`).Scan(&n))
+			return n
+		}
+		now := b.Ledger.Now()
+		tag, err := tx.Exec(ctx, ledger.UsageEventInsertOpenSQL,
+			"acme", "s1", period, 100, "", nil, nil, []byte(`{}`), now, now, make([]byte, 32))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), tag.RowsAffected())
+		require.Zero(t, checks(), "the single-event statement is not checked")
+		_, err = tx.Exec(ctx, insert, []string{"s2"}, []string{period})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), checks(), "the next statement is")
+		_, err = tx.Exec(ctx, insert, []string{"s3"}, []string{"1999-01"})
+		requireForeignKeyViolation(t, err, "period 1999-01 of customer acme does not exist")
 	})
 
 	t.Run("PeriodWithEventsNotDeleted", func(t *testing.T) {
