@@ -88,8 +88,10 @@ func recordNotice(tx pgx.Tx, n notice) {
 	}
 	rec.notices = append(rec.notices, n)
 	if rec.parent == nil && !rec.subs.asked {
-		// Not in a savepoint, which may be rolled back with its queue:
-		// notifyTx reads them itself for a notice that joined from one.
+		// Not in a savepoint, which may be rolled back with its queue: a
+		// notice recorded in one is queued here when the savepoint is
+		// released (Commit hands it to its parent). notifyTx reads the
+		// endpoints itself if the read never ran.
 		rec.subs.asked = true
 		rec.queue(webhookSubscriptionsSQL, nil).Query(func(rows pgx.Rows) error {
 			var err error

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -22,7 +23,9 @@ import (
 // Statements still run one after the other, in the order they were issued,
 // in the one transaction: what a statement sees is what it would see sent
 // alone. A queued write that fails fails the statement it was sent with
-// (its error, not that statement's, is returned), and so the transaction.
+// (its error, not that statement's, is returned), and so the transaction;
+// a queued read that finds no row is an error of its own, never that
+// statement's pgx.ErrNoRows.
 
 // laterExec runs sql in tx: queued until tx's next statement when tx is a
 // ledger transaction, at once otherwise. check, when set, is given the
@@ -150,7 +153,13 @@ func (tx *recordingTx) send(ctx context.Context, final *pgx.QueuedQuery) (pgx.Ba
 			if lazy && i == 0 {
 				return nil, err // BEGIN
 			}
-			return nil, fmt.Errorf("error in a statement sent ahead (%.80s): %w", strings.Join(strings.Fields(q.SQL), " "), err)
+			sql := strings.Join(strings.Fields(q.SQL), " ")
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Not final's "no rows": a caller (or River's driver, which
+				// reads it as "not found") must not take it for its own.
+				return nil, fmt.Errorf("error in a statement sent ahead (%.80s): %v", sql, err) //nolint:errorlint // not to be unwrapped
+			}
+			return nil, fmt.Errorf("error in a statement sent ahead (%.80s): %w", sql, err)
 		}
 	}
 	return br, nil

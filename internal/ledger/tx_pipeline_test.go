@@ -90,6 +90,24 @@ func TestTxPipeline(t *testing.T) {
 		require.Equal(t, int64(3), count(), "rolled back: neither 4 nor 5")
 	})
 
+	t.Run("AQueuedReadWithoutRowIsNotTheNextStatementsNoRows", func(t *testing.T) {
+		// River's driver reads pgx.ErrNoRows from its own statement as "not
+		// found" (the kill switch's queue row: not paused); a queued read's
+		// missing row must fail as what it is.
+		var v string
+		err := l.WithTx(ctx, func(tx pgx.Tx) error {
+			if err := ledger.LaterRow(ctx, tx, func(row pgx.Row) error { return row.Scan(&v) },
+				`SELECT v FROM pipeline_test WHERE id = -1`); err != nil {
+				return err
+			}
+			var one int
+			return tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
+		})
+		require.ErrorContains(t, err, "sent ahead")
+		require.ErrorContains(t, err, pgx.ErrNoRows.Error())
+		require.NotErrorIs(t, err, pgx.ErrNoRows)
+	})
+
 	t.Run("AFailedCheckFailsTheTransaction", func(t *testing.T) {
 		errCheck := errors.New("no row updated")
 		err := l.WithTx(ctx, func(tx pgx.Tx) error {

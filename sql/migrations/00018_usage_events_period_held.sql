@@ -4,9 +4,17 @@
 -- statement of 00013 (a transition table, a PL/pgSQL call and an anti-join)
 -- cost that statement a tenth of its throughput (docs/benchmarks.md). The
 -- statement marks itself instead: it sets tally.event_period_held to its
--- transaction id and start time, and the check skips exactly that statement.
--- Any other insert — a batch, a psql session, a later statement of the same
--- transaction — has a different start time (or transaction) and is checked.
+-- transaction id and start time, and the check skips the statements that
+-- carry that mark. Each statement Tally sends (extended protocol: Parse, Bind
+-- and Execute each reset the start time) has a start time of its own, so
+-- its batches, a later statement of the same transaction, and any insert
+-- that does not set the mark are checked. Statements that share a start time
+-- share the mark: several statements in one simple-protocol Query message
+-- (psql -c "a; b", a pgx batch in simple_protocol mode) or inside one
+-- function call. Tally sends the single-event statement alone; whoever sends
+-- it together with another insert, or sets the mark by hand, skips the check
+-- for that insert too. The mark is a guard against Tally's own mistakes, not
+-- a privilege: a role that may insert events may insert any event anyway.
 
 -- +goose Up
 DROP TRIGGER usage_events_period_exists ON billing.usage_events;
