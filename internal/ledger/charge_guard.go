@@ -84,8 +84,7 @@ ORDER BY period_starts_at DESC, id DESC LIMIT $3`
 // last succeeded charges. They are queued (chargeGuardReadsTx) to go with
 // the claim's next statement, the kill switch's read, in its round trip.
 type guardReads struct {
-	done      int // how many of the queued reads have run
-	want      int
+	read      bool // the cap was read, and so the history queued before it
 	history   []int64
 	maxCharge *int64
 }
@@ -97,15 +96,13 @@ func (l *Ledger) chargeGuardReadsTx(ctx context.Context, tx pgx.Tx, c *Charge) (
 	if c.ApprovedAt != nil || c.AmountCents < AmountMinCents(c.Currency) || c.AmountCents > AmountMaxCents {
 		return nil, nil
 	}
-	r := &guardReads{want: 1}
+	r := &guardReads{}
 	if l.config.AnomalyFactor > 0 {
-		r.want++
 		err := laterRows(ctx, tx, func(rows pgx.Rows) error {
 			var err error
 			if r.history, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 				return fmt.Errorf("error reading the customer's charges: %w", err)
 			}
-			r.done++
 			return nil
 		}, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
 		if err != nil {
@@ -116,7 +113,7 @@ func (l *Ledger) chargeGuardReadsTx(ctx context.Context, tx pgx.Tx, c *Charge) (
 		if err := row.Scan(&r.maxCharge); err != nil {
 			return fmt.Errorf("error reading customer cap: %w", err)
 		}
-		r.done++
+		r.read = true
 		return nil
 	}, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`, c.CustomerID)
 	if err != nil {
@@ -126,19 +123,18 @@ func (l *Ledger) chargeGuardReadsTx(ctx context.Context, tx pgx.Tx, c *Charge) (
 }
 
 // await makes sure the reads have run: sent with a statement after them, or
-// now (a ledger without a kill switch sends none).
+// now (a ledger without a kill switch sends none). A nil cap means "no cap"
+// only once it was read.
 func (r *guardReads) await(ctx context.Context, tx pgx.Tx) error {
 	if r == nil {
 		return errors.New("the guards' reads were not queued")
 	}
-	if r.done < r.want {
-		if rec, ok := tx.(*recordingTx); ok {
-			if err := rec.flush(ctx); err != nil {
-				return err
-			}
+	if rec, ok := tx.(*recordingTx); ok && !r.read {
+		if err := rec.flush(ctx); err != nil {
+			return err
 		}
 	}
-	if r.done < r.want {
+	if !r.read {
 		return errors.New("the guards' reads did not run")
 	}
 	return nil

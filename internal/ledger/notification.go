@@ -135,8 +135,8 @@ func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) 
 	if len(rec.notices) == 0 {
 		return nil
 	}
-	if rec.subs.asked && !rec.subs.read {
-		if err := rec.flush(ctx); err != nil { // the read recordNotice queued
+	if !rec.subs.read {
+		if err := rec.flush(ctx); err != nil { // the read recordNotice queued, if any
 			return err
 		}
 	}
