@@ -179,7 +179,8 @@ func (t LookupTarget) Is(o LookupTarget) bool {
 func (l *Ledger) ChargePreflight(ctx context.Context, customerID, period string) (Preflight, error) {
 	var stripeCustomer string
 	var needsPaymentMethod, needsLookup bool
-	var chargeKey, namespace *string
+	var chargeKey *string
+	var namespace string // a v1 charge's (keyed before namespaces) is ""
 	var startsAt *time.Time
 	err := l.pool.QueryRow(ctx, `
 SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id),
@@ -190,7 +191,7 @@ SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id),
                  AND EXISTS (SELECT 1 FROM billing.usage_events e WHERE e.customer_id = $1 AND e.period = $2)
             ELSE ch.generation_first_attempted_at IS NULL AND NOT ch.lookup_required
                  AND ch.status IN ('pending', 'unknown') END,
-       ch.charge_key, ch.key_namespace, coalesce(ch.period_starts_at, p.starts_at)
+       ch.charge_key, coalesce(ch.key_namespace, ''), coalesce(ch.period_starts_at, p.starts_at)
 FROM billing.customers cu
 LEFT JOIN billing.periods p ON p.customer_id = cu.customer_id AND p.period = $2
 LEFT JOIN billing.charges ch ON ch.customer_id = cu.customer_id AND ch.period = $2
@@ -209,7 +210,7 @@ WHERE cu.customer_id = $1`, customerID, period).Scan(&stripeCustomer, &needsPaym
 		t := LookupTarget{StripeCustomerID: stripeCustomer, PeriodStartsAt: *startsAt,
 			ChargeKey: ChargeKey(l.config.Namespace, customerID, period), Namespace: l.config.Namespace}
 		if chargeKey != nil {
-			t.ChargeKey, t.Namespace = *chargeKey, *namespace
+			t.ChargeKey, t.Namespace = *chargeKey, namespace
 		}
 		pf.Lookup = &t
 	}
