@@ -85,8 +85,10 @@ const usage = `usage:
   billingctl webhooks rotate-secret ID [--grace 24h]
   billingctl webhooks redeliver [--notification ntf_…] [--endpoint ID] [--since T] [--until T] [--dry-run]
 scopes: usage:write, customers:write, billing:read, admin
-statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled
-database: DATABASE_URL`
+statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled, carried_forward, past_due, uncollectible
+database: DATABASE_URL
+settings: the server's TALLY_* settings (TALLY_DUNNING_SCHEDULE, TALLY_NAMESPACE, TALLY_PERIOD, …): give billingctl the
+          server's environment, so a charge it settles moves exactly as the server would move it`
 
 // run dispatches a command. Anything meant for a pipe (a secret) goes to
 // stdout; everything for the person goes to stderr.
@@ -110,8 +112,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger,
-		WebhooksAllowHTTP: getenv("TALLY_WEBHOOKS_ALLOW_HTTP") == "true"})
+	// The server's settings: a charge billingctl settles (reconcile,
+	// recover) moves exactly as the server would move it.
+	lc, err := ledger.ConfigFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("invalid configuration (billingctl reads the server's TALLY_* settings):\n%w", err)
+	}
+	lc.Scheduler, lc.Logger = jobs.Scheduler{Client: client}, logger
+	l, err := ledger.New(pool, lc)
 	if err != nil {
 		return err
 	}

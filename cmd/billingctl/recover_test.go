@@ -119,3 +119,70 @@ func TestRecover(t *testing.T) {
 		require.Contains(t, stderr, "looked at 2 charges on Stripe")
 	})
 }
+
+// TestReconcileReadsTheServerSettings settles a charge with billingctl
+// reconcile and recover: a decline they find moves the charge as the server
+// would with the same TALLY_* settings (past_due under the default dunning
+// schedule, failed with TALLY_DUNNING_SCHEDULE=off).
+func TestReconcileReadsTheServerSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		schedule string
+		command  []string
+		want     ledger.ChargeStatus
+	}{
+		{"ReconcileDefaultSchedule", "", []string{"reconcile"}, ledger.ChargePastDue},
+		{"ReconcileDunningOff", "off", []string{"reconcile"}, ledger.ChargeFailed},
+		{"RecoverDefaultSchedule", "", []string{"recover", "--reason", "failover"}, ledger.ChargePastDue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, url := testdb.New(t)
+			client, err := jobs.NewInsertClient(pool, nil)
+			require.NoError(t, err)
+			l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
+			require.NoError(t, err)
+			sim := stripesim.New(stripesim.Config{})
+			t.Cleanup(sim.Close)
+			srv := httptest.NewServer(sim)
+			t.Cleanup(srv.Close)
+			env := func(k string) string {
+				return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL,
+					"TALLY_DUNNING_SCHEDULE": tc.schedule}[k]
+			}
+			s := stripeapi.New(stripeapi.Config{APIKey: "sk_test_recover", BaseURL: srv.URL})
+
+			_, _, err = l.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd"})
+			require.NoError(t, err)
+			_, err = l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 900})
+			require.NoError(t, err)
+			periods, err := l.PeriodList(ctx, "acme")
+			require.NoError(t, err)
+			c, err := l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: periods[0].Period, Actor: "test"})
+			require.NoError(t, err)
+			// The call whose record was lost: Stripe declined it.
+			require.NoError(t, sim.FaultAdd(stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindDecline, DeclineCode: "insufficient_funds"}))
+			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(c.AmountCents), Currency: stripe.String(c.Currency),
+				Customer: stripe.String(c.StripeCustomerID), PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+			params.AddMetadata("tally_charge_key", c.ChargeKey)
+			params.AddMetadata("tally_namespace", c.KeyNamespace)
+			_, err = s.PaymentIntentCreate(ctx, params)
+			require.Error(t, err, "declined")
+
+			command := append(tc.command, "--customer", "acme", "--period", c.Period)
+			if tc.command[0] == "recover" {
+				command = tc.command
+			}
+			var stdout, stderr strings.Builder
+			require.NoError(t, run(ctx, command, env, &stdout, &stderr), stderr.String())
+			got, err := l.ChargeGet(ctx, c.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got.Status, "billingctl %s:\n%s%s", tc.command[0], stdout.String(), stderr.String())
+			if tc.want == ledger.ChargePastDue {
+				require.NotNil(t, got.NextRetryAt, "its first retry is scheduled")
+			}
+		})
+	}
+}

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tally-billing/tally/internal/envconf"
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripeapi"
@@ -59,12 +58,6 @@ type config struct {
 	MetricsStateInterval time.Duration
 	Roles                []string
 	Workers              int
-	Cadence              ledger.Cadence
-	CloseGrace           time.Duration
-	PeriodBudgetCents    int64
-	AnomalyFactor        float64
-	Namespace            string
-	StripeKeyWindow      time.Duration
 	RetryMaxDelay        time.Duration
 	ReconcileInterval    time.Duration
 	ReconcileAfter       time.Duration
@@ -76,14 +69,17 @@ type config struct {
 	StripeWebhookSecret  string
 	StripeTimeout        time.Duration
 	AllowLiveSecretKey   bool
-	WebhooksAllowHTTP    bool            // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
-	WebhookWorkers       int             // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
-	WebhookTimeout       time.Duration   // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
-	ThresholdInterval    time.Duration   // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
-	DunningSchedule      []time.Duration // TALLY_DUNNING_SCHEDULE: retries of a retryable decline, from the first decline
-	DunningInterval      time.Duration   // TALLY_DUNNING_INTERVAL: how often due retries are started
+	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
+	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
+	ThresholdInterval    time.Duration // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
+	DunningInterval      time.Duration // TALLY_DUNNING_INTERVAL: how often due retries are started
 	LogLevel             slog.Level
 	ShutdownTimeout      time.Duration
+
+	// Config is what decides how charges are made and settled (cadence,
+	// grace, key window, guards, namespace, dunning, http webhooks),
+	// read by ledger.ConfigFromEnv as billingctl reads it.
+	ledger.Config
 }
 
 func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
@@ -91,41 +87,8 @@ func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
 // loadConfig reads the configuration from getenv and returns every problem
 // found at once, each naming its variable.
 func loadConfig(getenv func(string) string) (*config, error) {
-	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
-	}
-	get := func(name, def string) string {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
-	duration := func(name string, def time.Duration) time.Duration {
-		v := get(name, "")
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad(name, "%q is not a positive Go duration such as 90s, 30m or 1h", v)
-			return def
-		}
-		return d
-	}
-	integer := func(name string, def int64, min, max int64) int64 {
-		v := get(name, "")
-		if v == "" {
-			return def
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < min || n > max {
-			bad(name, "%q is not a whole number between %d and %d", v, min, max)
-			return def
-		}
-		return n
-	}
-
+	env := envconf.New(getenv)
+	bad, get, duration, integer, boolean := env.Bad, env.String, env.Duration, env.Int, env.Bool
 	c := &config{
 		DatabaseURL:          get("DATABASE_URL", ""),
 		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
@@ -134,8 +97,6 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		MetricsToken:         get("TALLY_METRICS_TOKEN", ""),
 		MetricsStateInterval: duration("TALLY_METRICS_STATE_INTERVAL", metricsStateIntervalDefault),
 		Workers:              int(integer("TALLY_WORKERS", jobs.ConcurrencyDefault, 1, 10000)),
-		CloseGrace:           duration("TALLY_CLOSE_GRACE", ledger.CloseGraceDefault),
-		StripeKeyWindow:      duration("TALLY_STRIPE_KEY_WINDOW", ledger.StripeKeyWindowDefault),
 		ReconcileInterval:    duration("TALLY_RECONCILE_INTERVAL", jobs.ReconcileIntervalDefault),
 		RetryMaxDelay:        duration("TALLY_RETRY_MAX_DELAY", jobs.RetryMaxDelayDefault),
 		ReconcileAfter:       duration("TALLY_RECONCILE_AFTER", jobs.ReconcileAfterDefault),
@@ -152,15 +113,10 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		ThresholdInterval:    duration("TALLY_USAGE_THRESHOLD_INTERVAL", jobs.UsageThresholdIntervalDefault),
 		DunningInterval:      duration("TALLY_DUNNING_INTERVAL", jobs.DunningIntervalDefault),
 	}
-	// An empty variable means its default, as every variable here does:
-	// "off" turns dunning off (declines are final).
-	if v := get("TALLY_DUNNING_SCHEDULE", ledger.DunningScheduleDefault); v != "off" {
-		schedule, err := ledger.ParseDunningSchedule(v)
-		if err != nil {
-			bad("TALLY_DUNNING_SCHEDULE", "%v; such as 3d,5d,7d (retries 3, 5 and 7 days after the first decline), or off", err)
-		}
-		c.DunningSchedule = schedule
-	}
+	// An empty variable means its default, as every variable here does.
+	lc, err := ledger.ConfigFromEnv(getenv)
+	env.Add(err)
+	c.Config = lc
 	// TALLY_DB_MAX_CONNS (deprecated) was the one pool's size; it is now the
 	// default of each pool's own variable.
 	legacyMaxConns := integer("TALLY_DB_MAX_CONNS", 0, 0, 10000)
@@ -202,37 +158,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if len(c.Roles) == 0 {
 		bad("TALLY_ROLES", "names no role: want api, worker or api,worker")
 	}
-	cadence, err := ledger.ParseCadence(get("TALLY_PERIOD", string(ledger.CadenceDefault)))
-	if err != nil {
-		bad("TALLY_PERIOD", "%v", err)
-	}
-	c.Cadence = cadence
-	c.PeriodBudgetCents = integer("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62)
-	c.Namespace = get("TALLY_NAMESPACE", ledger.NamespaceDefault)
-	if !ledger.NamespaceValid(c.Namespace) {
-		bad("TALLY_NAMESPACE", "%q: use lower-case letters, digits, _ and -, 1 to 63 of them, such as production or staging", c.Namespace)
-	}
-	c.AnomalyFactor = ledger.AnomalyFactorDefault
-	if v := get("TALLY_ANOMALY_FACTOR", ""); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1e6 || f != f {
-			bad("TALLY_ANOMALY_FACTOR", "%q is not a number between 0 (off) and 1000000, such as 10", v)
-		} else {
-			c.AnomalyFactor = f
-		}
-	}
-	boolean := func(name string) bool {
-		switch v := strings.ToLower(get(name, "false")); v {
-		case "true", "1", "yes":
-			return true
-		case "false", "0", "no":
-		default:
-			bad(name, "%q is not true or false", v)
-		}
-		return false
-	}
 	c.AllowLiveSecretKey = boolean("TALLY_ALLOW_LIVE_SECRET_KEY")
-	c.WebhooksAllowHTTP = boolean("TALLY_WEBHOOKS_ALLOW_HTTP")
 	if err := c.LogLevel.UnmarshalText([]byte(get("TALLY_LOG_LEVEL", "info"))); err != nil {
 		bad("TALLY_LOG_LEVEL", "want debug, info, warn or error")
 	}
@@ -259,7 +185,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if s := c.StripeWebhookSecret; s != "" && !strings.HasPrefix(s, "whsec_") {
 		bad("STRIPE_WEBHOOK_SECRET", "does not look like a Stripe webhook secret (whsec_…)")
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := env.Err(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil

@@ -202,19 +202,9 @@ func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *met
 		pool.Close()
 		return nil, nil, err
 	}
-	l, err := ledger.New(pool, ledger.Config{
-		Cadence:            cfg.Cadence,
-		CloseGrace:         cfg.CloseGrace,
-		StripeKeyWindow:    cfg.StripeKeyWindow,
-		PeriodBudgetCents:  cfg.PeriodBudgetCents,
-		AnomalyFactor:      cfg.AnomalyFactor,
-		DunningSchedule:    cfg.DunningSchedule,
-		Namespace:          cfg.Namespace,
-		WebhooksAllowHTTP:  cfg.WebhooksAllowHTTP,
-		Scheduler:          jobs.Scheduler{Client: inserter},
-		Logger:             logger,
-		OnChargeTransition: m.ChargeTransition,
-	})
+	lc := cfg.Config
+	lc.Scheduler, lc.Logger, lc.OnChargeTransition = jobs.Scheduler{Client: inserter}, logger, m.ChargeTransition
+	l, err := ledger.New(pool, lc)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
