@@ -186,3 +186,60 @@ func TestReconcileReadsTheServerSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverHeldChargeKeepsItsExit holds a charge that never called
+// Stripe (amount_too_large) and runs billingctl recover over it: the look-up
+// recover marks it for is made by recover itself (nothing on Stripe), so the
+// hold's exit, cancel, still works; and a mark left by an earlier recover is
+// cleared by billingctl reconcile.
+func TestRecoverHeldChargeKeepsItsExit(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"Recover", "Reconcile"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, url := testdb.New(t)
+			client, err := jobs.NewInsertClient(pool, nil)
+			require.NoError(t, err)
+			l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
+			require.NoError(t, err)
+			sim := stripesim.New(stripesim.Config{})
+			t.Cleanup(sim.Close)
+			srv := httptest.NewServer(sim)
+			t.Cleanup(srv.Close)
+			env := func(k string) string {
+				return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}[k]
+			}
+			_, _, err = l.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd"})
+			require.NoError(t, err)
+			_, err = l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 900})
+			require.NoError(t, err)
+			periods, err := l.PeriodList(ctx, "acme")
+			require.NoError(t, err)
+			c, err := l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: periods[0].Period, Actor: "test"})
+			require.NoError(t, err)
+			// Held before any call, as the guards hold a total Stripe refuses.
+			_, err = pool.Exec(ctx, `
+UPDATE billing.charges SET status = 'held', held_reason = 'amount_too_large', held_detail = 'too large', held_at = now()
+WHERE id = $1`, c.ID)
+			require.NoError(t, err)
+
+			var stdout, stderr strings.Builder
+			if how == "Recover" {
+				require.NoError(t, run(ctx, []string{"recover", "--reason", "restored the 03:00 backup"}, env, &stdout, &stderr), stderr.String())
+			} else {
+				_, err := l.ChargeLookupMark(ctx, "cli:test", "an earlier recover")
+				require.NoError(t, err)
+				require.NoError(t, run(ctx, []string{"reconcile", "--customer", "acme", "--period", c.Period}, env, &stdout, &stderr), stderr.String())
+				require.Contains(t, stdout.String(), "held → held (looked_up)")
+			}
+			got, err := l.ChargeGet(ctx, c.ID)
+			require.NoError(t, err)
+			require.False(t, got.LookupRequired, "%s:\n%s%s", how, stdout.String(), stderr.String())
+
+			canceled, err := l.ChargeCancel(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "cli:test", Reason: "bill it outside Tally"})
+			require.NoError(t, err)
+			require.Equal(t, ledger.ChargeCanceled, canceled.Status)
+		})
+	}
+}

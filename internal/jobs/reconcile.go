@@ -141,7 +141,8 @@ type ReconcileResult struct {
 
 	// Action is resolved (the charge took Stripe's outcome), unchanged
 	// (Stripe agrees, has nothing final yet, or has nothing for a charge that
-	// no longer calls), double_charge (Stripe has another PaymentIntent for
+	// no longer calls), looked_up (a held charge marked for a look-up has no
+	// PaymentIntent on Stripe: the mark is cleared), double_charge (Stripe has another PaymentIntent for
 	// a charge that names one: held if it was not final, alerted either way),
 	// requeued (no PaymentIntent: the charge job was made to run now) or
 	// skipped (a live worker holds it, or it is settled).
@@ -180,6 +181,15 @@ func ReconcileCharge(ctx context.Context, l *ledger.Ledger, s Stripe, c *ledger.
 
 	o, found := reconcileOutcome(c, pis, s.Livemode())
 	if !found {
+		if c.Status == ledger.ChargeHeld && c.LookupRequired && c.StripePaymentIntentID == nil {
+			// The look-up that billingctl recover's mark asks for is done:
+			// nothing carries the key, so an operator may cancel it.
+			if res.Charge, err = l.ChargeLookupDone(ctx, c.ID, "reconciler"); err != nil {
+				return nil, err
+			}
+			res.Action = "looked_up"
+			return res, nil
+		}
 		if !c.Status.Chargeable() {
 			res.Action = "unchanged"
 			return res, nil

@@ -118,3 +118,36 @@ func chargeIDs(charges []*Charge) []int64 {
 	}
 	return ids
 }
+
+// ChargeLookupDone clears the look-up mark (LookupRequired, set by
+// ChargeLookupMark) of a held charge whose PaymentIntents the caller just
+// listed on Stripe and found none carrying its key (any generation): the
+// look-up the mark asks for is done, and no money moved for the charge. A
+// held charge never calls Stripe, so nothing can have moved since; once the
+// mark is cleared, an operator may cancel it (ChargeCancel refuses a marked
+// charge). It logs a transition (status unchanged) with actor, and returns
+// the charge as it is after; a charge that is no longer held, or not marked,
+// is returned unchanged.
+func (l *Ledger) ChargeLookupDone(ctx context.Context, chargeID int64, actor string) (*Charge, error) {
+	var c *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		var err error
+		if c, err = chargeLockTx(ctx, tx, chargeID); err != nil {
+			return err
+		}
+		if c.Status != ChargeHeld || !c.LookupRequired {
+			return nil
+		}
+		if c, err = scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges SET lookup_required = false, updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, chargeID, now)); err != nil {
+			return err
+		}
+		return transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+			"looked at Stripe: no PaymentIntent carries the charge key; the look-up mark is cleared")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error clearing the look-up mark of charge %d: %w", chargeID, err)
+	}
+	return c, nil
+}
