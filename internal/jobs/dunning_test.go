@@ -235,3 +235,27 @@ func TestDunningCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestDunningLateProcessingEvent delivers a payment_intent.processing event
+// of a past_due charge's declined PaymentIntent after the decline (Stripe
+// made it before; deliveries are not ordered): the charge stays past_due
+// with its retry, which then succeeds with one PaymentIntent.
+func TestDunningLateProcessingEvent(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{ledger: ledger.Config{DunningSchedule: dunningSchedule}})
+	c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindDecline, Count: 1})
+
+	applied, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeKey: c.ChargeKey, Actor: "webhook:evt_late_processing",
+		Outcome: ledger.Outcome{Class: ledger.OutcomeProcessing, StripePaymentIntentID: *c.StripePaymentIntentID, ResolvedBy: "webhook:evt_late_processing"}})
+	require.NoError(t, err)
+	require.False(t, applied.Changed)
+	got, err := b.Ledger.ChargeGet(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ChargePastDue, got.Status, "a late processing event moves nothing")
+	require.Equal(t, c.NextRetryAt, got.NextRetryAt, "the retry stays scheduled")
+
+	require.Equal(t, []int64{c.ID}, b.retryDue(t, ctx, time.Hour))
+	got = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	_, succeeded := b.piStatuses("cus_acme")
+	require.Equal(t, 1, succeeded)
+}

@@ -142,6 +142,15 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 		}
 		return Applied{Charge: c, DoubleCharge: double}, nil
 	}
+	if c.Status == ChargePastDue && o.Class == OutcomeProcessing && actorKind(actor) == ActorWebhook {
+		// An event carries its PaymentIntent as it was when Stripe made the
+		// event: a processing one delivered after the decline that made
+		// the charge past_due is older news, and moving back to processing
+		// would drop its retry. If the customer did complete it since, its
+		// success (or failure) event settles the charge, and so does the
+		// retry, which reads the PaymentIntent from Stripe itself.
+		return l.chargeUnmovedTx(ctx, tx, now, c, actor, "", "", releaseLease)
+	}
 	if !chargeMayTake(c, o) {
 		var alert, msg string
 		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {

@@ -202,7 +202,7 @@ var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
 	{ChargeUnknown, ChargeUncollectible}:    {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargeProcessing, ChargeUncollectible}: {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargePastDue, ChargePending}:          {ActorJob},
-	{ChargePastDue, ChargeProcessing}:       {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePastDue, ChargeProcessing}:       {ActorJob, ActorReconciler}, // never a webhook: its snapshot may predate the decline
 	{ChargePastDue, ChargeSucceeded}:        {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargePastDue, ChargeHeld}:             {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargeUncollectible, ChargeSucceeded}:  {ActorJob, ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
