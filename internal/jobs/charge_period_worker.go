@@ -289,8 +289,10 @@ func (r *chargeRun) retry(ctx context.Context) step {
 		}
 	}
 	if len(moved) > 0 {
+		// The canceled ones are retired first: one the charge names
+		// (a ledger restored from before its retry) is no charge.
 		o, _ := reconcileOutcome(c, moved, r.w.stripe.Livemode())
-		settled, err := r.w.ledger.ChargeRecordOutcome(ctx, r.lease, o, r.actor, r.completeJob)
+		settled, err := r.w.ledger.ChargeRecordRetryPaid(ctx, r.lease, retired, o, r.actor, r.completeJob)
 		if err != nil {
 			return endRun(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/testdb"
 )
 
 // dunningSchedule is the tests' schedule: retries 1 h and 2 h after the first
@@ -258,4 +259,38 @@ func TestDunningLateProcessingEvent(t *testing.T) {
 	got = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
 	_, succeeded := b.piStatuses("cus_acme")
 	require.Equal(t, 1, succeeded)
+}
+
+// TestDunningRestoredBeforeARetry restores a backup taken while a charge was
+// past_due, after its retry succeeded on Stripe (the first PaymentIntent
+// canceled, the retry's succeeded): when the restored charge's retry comes
+// due it finds both, and takes the retry's PaymentIntent, one succeeded and
+// no new call. A canceled PaymentIntent is not a charge: no double_charge.
+func TestDunningRestoredBeforeARetry(t *testing.T) {
+	t.Parallel()
+	config := ledger.Config{DunningSchedule: dunningSchedule}
+	ctx, b := setup(t, setupOpts{ledger: config})
+	c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindDecline, Count: 1})
+	first := *c.StripePaymentIntentID
+	dump := testdb.Dump(t, b.URL)
+
+	b.retryDue(t, ctx, time.Hour)
+	paid := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.NoError(t, b.worker.Stop(ctx))
+
+	r := b.restoredWith(t, dump, config)
+	got, err := r.Ledger.ChargeGet(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ChargePastDue, got.Status, "the restored ledger has not seen the retry")
+	r.startWorker(t, ctx)
+	require.Equal(t, []int64{c.ID}, r.retryDue(t, ctx, time.Minute))
+
+	got = r.waitCharge(t, ctx, "acme", func(c *ledger.Charge) bool { return c.Status != ledger.ChargePastDue })
+	require.Equal(t, ledger.ChargeSucceeded, got.Status, "%+v", got)
+	require.Equal(t, *paid.StripePaymentIntentID, *got.StripePaymentIntentID)
+	require.Equal(t, []string{first}, got.RetiredPaymentIntentIDs)
+	statuses, succeeded := b.piStatuses("cus_acme")
+	require.Len(t, statuses, 2, "no new PaymentIntent")
+	require.Equal(t, 1, succeeded)
+	r.waitJobsFinalized(t)
 }

@@ -18,10 +18,18 @@ import (
 // clock and simulator: Tally after an operator restored last night's backup.
 func (b *testBundle) restored(t *testing.T, dump string) *testBundle {
 	t.Helper()
+	return b.restoredWith(t, dump, ledger.Config{})
+}
+
+// restoredWith is restored with the ledger settings of config (its clock,
+// scheduler and logger are b's).
+func (b *testBundle) restoredWith(t *testing.T, dump string, config ledger.Config) *testBundle {
+	t.Helper()
 	pool, url := testdb.Restore(t, dump)
 	client, err := jobs.NewInsertClient(pool, b.Logger)
 	require.NoError(t, err)
-	l, err := ledger.New(pool, ledger.Config{Clock: b.Clock.Now, Scheduler: jobs.Scheduler{Client: client}, Logger: b.Logger})
+	config.Clock, config.Scheduler, config.Logger = b.Clock.Now, jobs.Scheduler{Client: client}, b.Logger
+	l, err := ledger.New(pool, config)
 	require.NoError(t, err)
 	return &testBundle{
 		Bundle: &ledgertest.Bundle{Ledger: l, Pool: pool, URL: url, Clock: b.Clock, River: client, Logger: b.Logger},

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,6 +32,23 @@ var ErrLeaseLost = errors.New("charge lease lost")
 // It returns ErrLeaseLost, writing nothing, when claim's lease was taken
 // over.
 func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+	return l.chargeRecordOutcome(ctx, claim, nil, o, actor, done)
+}
+
+// ChargeRecordRetryPaid is ChargeRecordOutcome for a past_due charge whose
+// retry (Claim.Retry) found, listing its PaymentIntents on Stripe, that one
+// moved money after all (o is its outcome) while the others are canceled
+// (retired). In the same transaction it first records the retired ones as
+// the charge's (Charge.RetiredPaymentIntentIDs), and when the charge names
+// one of them, names none: a canceled PaymentIntent is not a charge. So a
+// ledger restored from before a retry that Stripe saw succeed (the first
+// PaymentIntent canceled, the retry's succeeded) takes the retry's
+// PaymentIntent instead of holding a double charge.
+func (l *Ledger) ChargeRecordRetryPaid(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+	return l.chargeRecordOutcome(ctx, claim, retired, o, actor, done)
+}
+
+func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
 	var charge, before *Charge
 	err := l.withTx(ctx, func(tx pgx.Tx) error {
 		now := l.now()
@@ -45,6 +65,9 @@ func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcom
 			if err := attemptFinishTx(ctx, tx, now, claim.AttemptID, o); err != nil {
 				return err
 			}
+		}
+		if c, err = chargeRetireTx(ctx, tx, now, c, retired, actor); err != nil {
+			return err
 		}
 
 		applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, o, actor, true)
@@ -71,4 +94,35 @@ func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcom
 	}
 	l.alertIfHeld(ctx, before.Status, charge, actor)
 	return charge, nil
+}
+
+// chargeRetireTx records PaymentIntents retired (canceled on Stripe: none
+// of them can move money any more) on the locked charge c, which then names
+// none of them, and logs it as a transition (status unchanged). Nothing
+// new to retire changes nothing.
+func chargeRetireTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, retired []string, actor string) (*Charge, error) {
+	var add []string
+	for _, pi := range retired {
+		if !c.Retired(pi) && !slices.Contains(add, pi) {
+			add = append(add, pi)
+		}
+	}
+	if len(add) == 0 {
+		return c, nil
+	}
+	updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET retired_payment_intent_ids = retired_payment_intent_ids || $2::text[],
+    stripe_payment_intent_id = CASE WHEN stripe_payment_intent_id = ANY($2) THEN NULL ELSE stripe_payment_intent_id END,
+    stripe_charge_id = CASE WHEN stripe_payment_intent_id = ANY($2) THEN NULL ELSE stripe_charge_id END,
+    updated_at = $3
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, add, now))
+	if err != nil {
+		return nil, fmt.Errorf("error retiring PaymentIntents: %w", err)
+	}
+	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+		"canceled on Stripe, retired: "+strings.Join(add, ", ")); err != nil {
+		return nil, err
+	}
+	return updated, nil
 }
