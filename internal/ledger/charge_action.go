@@ -183,8 +183,14 @@ func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Char
 		// the next key generation. Safe: the request stored under the key has
 		// finished (Stripe answered idempotency_error, not key in use), so the
 		// look-up before the call sees any PaymentIntent it created.
+		//
+		// A charge Stripe refused for want of a payment method calls with
+		// the one the customer has now (registered in Tally, else its
+		// default on Stripe, looked up before the call), so with the next
+		// key generation too.
 		gen := c.KeyGeneration
-		if c.HeldReason != nil && *c.HeldReason == HeldIdempotencyError {
+		noPaymentMethod := c.HeldReason != nil && *c.HeldReason == HeldNoPaymentMethod
+		if c.HeldReason != nil && *c.HeldReason == HeldIdempotencyError || noPaymentMethod {
 			gen++
 		}
 		updated, err := scanCharge(tx.QueryRow(ctx, `
@@ -193,8 +199,12 @@ SET status = 'pending', approved_at = $2, updated_at = $2,
     lookup_required = lookup_required OR ($3 = key_generation AND generation_first_attempted_at IS NOT NULL),
     held_reason = NULL, held_detail = NULL, held_at = NULL, held_alerted_at = NULL,
     key_generation = $3, idempotency_key = CASE WHEN $3 = key_generation THEN idempotency_key ELSE $4 END,
-    generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END
-WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen)))
+    generation_first_attempted_at = CASE WHEN $3 = key_generation THEN generation_first_attempted_at END,
+    stripe_payment_method_id = CASE WHEN $5 THEN (
+        SELECT cu.stripe_payment_method_id FROM billing.customers cu
+        WHERE cu.customer_id = charges.customer_id AND cu.stripe_customer_id = charges.stripe_customer_id)
+        ELSE stripe_payment_method_id END
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen), noPaymentMethod))
 		if err != nil {
 			return nil, fmt.Errorf("error approving: %w", err)
 		}

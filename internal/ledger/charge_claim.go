@@ -182,13 +182,14 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), no
 	}
 	// The lease, the reservation of a charge that just passed its guards
 	// (one that had passed them before keeps its own), the payment method
-	// of a charge that has none and was never attempted, and the key's
+	// of a charge that has none and whose key generation was never
+	// attempted (its parameters are not fixed yet), and the key's
 	// first use when the caller's look-up stands for the charge's.
 	lookedUp := p.LookedUp != nil && p.LookedUp.Is(c.LookupTarget()) && c.GenerationFirstAttemptedAt == nil && !c.LookupRequired
 	c, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges
 SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true,
-    stripe_payment_method_id = CASE WHEN stripe_payment_method_id IS NULL AND first_attempted_at IS NULL
+    stripe_payment_method_id = CASE WHEN stripe_payment_method_id IS NULL AND generation_first_attempted_at IS NULL
                                     THEN $5 ELSE stripe_payment_method_id END,
     attempt_count = attempt_count + 1,
     first_attempted_at = coalesce(first_attempted_at, $4),

@@ -62,15 +62,24 @@ func ParseDunningSchedule(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
+// FailureNoPaymentMethod is the failure code of a call Stripe refused for
+// want of a payment method (stripeapi.Classify): the customer has none
+// registered in Tally, no default on Stripe, or one that no longer exists. A
+// later try with the payment method the customer adds can succeed.
+const FailureNoPaymentMethod = "no_payment_method"
+
 // retryableDeclines are the error codes of declines a later try can fix:
-// the card, its funds or the customer's authentication, not the request.
+// the card, its funds, the customer's authentication or a missing payment
+// method, not the request.
 var retryableDeclines = []string{"card_declined", "insufficient_funds", "expired_card", "authentication_required",
-	"processing_error", "incorrect_cvc", "card_decline_rate_limit_exceeded", "requires_payment_method", "requires_action"}
+	"processing_error", "incorrect_cvc", "card_decline_rate_limit_exceeded", "requires_payment_method", "requires_action",
+	FailureNoPaymentMethod}
 
 // DeclineRetryable reports whether failed outcome o is a decline a later try
 // can fix (a card error: declined, insufficient funds, expired card,
-// authentication required), rather than a request Stripe refuses whatever
-// the card (invalid request, no payment method, a canceled PaymentIntent).
+// authentication required; or no payment method yet), rather than a request
+// Stripe refuses whatever the card (invalid request, a canceled
+// PaymentIntent).
 func DeclineRetryable(o Outcome) bool {
 	return o.Class == OutcomeFailed && (o.ErrorType == "card_error" || slices.Contains(retryableDeclines, o.ErrorCode))
 }
@@ -96,6 +105,15 @@ func (l *Ledger) dunningStatus(c *Charge, now time.Time) (status ChargeStatus, n
 		return ChargeUncollectible, nil
 	}
 	return ChargeFailed, nil
+}
+
+// noPaymentMethodHold is the hold of a charge refused for want of a payment
+// method (FailureNoPaymentMethod) where no dunning retry is left to wait
+// for one: it is no final failure, since the call can succeed once the
+// customer has one (the hold's exit: approve).
+func noPaymentMethodHold(o Outcome) Outcome {
+	return Outcome{Class: OutcomeHeld, HeldReason: HeldNoPaymentMethod, ErrorMessage: fmt.Sprintf(
+		"Stripe has no payment method for the charge (%s); give the customer one, then approve the charge", o.ErrorMessage)}
 }
 
 // ChargeRetriesDue makes the charge job of up to limit past_due charges

@@ -168,6 +168,9 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 	var nextRetry *time.Time
 	if next == ChargeFailed && DeclineRetryable(o) {
 		next, nextRetry = l.dunningStatus(c, now)
+		if next == ChargeFailed && o.ErrorCode == FailureNoPaymentMethod {
+			next, o = ChargeHeld, noPaymentMethodHold(o)
+		}
 	}
 	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, next, nextRetry, o, actor, releaseLease)
 	if err != nil {

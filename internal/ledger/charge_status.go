@@ -87,11 +87,12 @@ const (
 	HeldDoubleCharge          HeldReason = "double_charge"           // several PaymentIntents carry the key
 	HeldUnexpectedStatus      HeldReason = "unexpected_status"       // Stripe answered a status Tally never expects
 	HeldAmountTooLarge        HeldReason = "amount_too_large"        // above Stripe's largest amount for one PaymentIntent
+	HeldNoPaymentMethod       HeldReason = "no_payment_method"       // Stripe has no payment method for the customer, and dunning is off
 )
 
 // HeldReasons lists every held reason.
 var HeldReasons = []HeldReason{HeldOverCustomerCap, HeldOverPeriodBudget, HeldAnomaly, HeldIdempotencyError,
-	HeldPaymentIntentMismatch, HeldDoubleCharge, HeldUnexpectedStatus, HeldAmountTooLarge}
+	HeldPaymentIntentMismatch, HeldDoubleCharge, HeldUnexpectedStatus, HeldAmountTooLarge, HeldNoPaymentMethod}
 
 // Conflicting reports whether a hold for r is about a PaymentIntent that
 // conflicts with the charge (a double charge, a mismatch): money moved, so the
@@ -116,6 +117,8 @@ func (r HeldReason) Exit(chargeID int64) string {
 		return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (looks at Stripe, then calls with the next key)", chargeID)
 	case HeldAmountTooLarge:
 		return fmt.Sprintf("billingctl charges cancel %d --reason \"…\" (Stripe refuses it; bill it outside Tally or in parts)", chargeID)
+	case HeldNoPaymentMethod:
+		return fmt.Sprintf("give the customer a payment method (PUT /v1/customers/ID with stripe_payment_method_id, or a default one on Stripe), then billingctl charges approve %d --reason \"…\" (calls with it and the next key)", chargeID)
 	case HeldUnexpectedStatus:
 		return fmt.Sprintf("settle the PaymentIntent in Stripe (capture or cancel it), then billingctl charges approve %d --reason \"…\" (its look-up takes the PaymentIntent's outcome)", chargeID)
 	}

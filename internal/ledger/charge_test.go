@@ -292,15 +292,28 @@ func TestChargeClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "pm_first", *claim.Charge.StripePaymentMethodID)
 
-		// A charge first claimed without one keeps none: every attempt sends
-		// the same parameters.
+		// A charge whose key generation was attempted without one keeps
+		// none: every attempt of a key sends the same parameters.
+		ctx, b, c = closedCharge(t)
+		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
+		require.NoError(t, err)
+		require.True(t, claim.Lookup)
+		claim, err = b.Ledger.ChargeLookupNone(ctx, claim, "job:1/1") // the attempt of generation 0
+		require.NoError(t, err)
+		require.NoError(t, b.Ledger.ChargeRelease(ctx, claim))
+		claim, err = b.Ledger.ChargeClaim(ctx, withPaymentMethod(c.ID, "b", "pm_late"))
+		require.NoError(t, err)
+		require.Nil(t, claim.Charge.StripePaymentMethodID)
+
+		// Claimed without one but never attempted (released before its
+		// look-up): its key was never sent, so the next claim's is taken.
 		ctx, b, c = closedCharge(t)
 		claim, err = b.Ledger.ChargeClaim(ctx, claimParams(c.ID, "a"))
 		require.NoError(t, err)
 		require.NoError(t, b.Ledger.ChargeRelease(ctx, claim))
 		claim, err = b.Ledger.ChargeClaim(ctx, withPaymentMethod(c.ID, "b", "pm_late"))
 		require.NoError(t, err)
-		require.Nil(t, claim.Charge.StripePaymentMethodID)
+		require.Equal(t, "pm_late", *claim.Charge.StripePaymentMethodID)
 	})
 }
 

@@ -102,7 +102,7 @@ func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams)
 			return err
 		}
 		out.Charge, p.Claim.ChargeID = c, c.ID
-		if c.Status.Chargeable() && c.StripePaymentMethodID == nil && c.FirstAttemptedAt == nil && p.PaymentMethodOf != c.StripeCustomerID {
+		if c.Status.Chargeable() && c.StripePaymentMethodID == nil && c.GenerationFirstAttemptedAt == nil && p.PaymentMethodOf != c.StripeCustomerID {
 			out.NeedsPaymentMethod = true
 			return nil
 		}
@@ -185,7 +185,7 @@ func (l *Ledger) ChargePreflight(ctx context.Context, customerID, period string)
 	err := l.pool.QueryRow(ctx, `
 SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id),
        CASE WHEN ch.id IS NULL THEN cu.stripe_payment_method_id IS NULL
-            ELSE ch.stripe_payment_method_id IS NULL AND ch.first_attempted_at IS NULL
+            ELSE ch.stripe_payment_method_id IS NULL AND ch.generation_first_attempted_at IS NULL
                  AND ch.status IN ('pending', 'unknown') END,
        CASE WHEN ch.id IS NULL THEN p.period IS NOT NULL
                  AND EXISTS (SELECT 1 FROM billing.usage_events e WHERE e.customer_id = $1 AND e.period = $2)

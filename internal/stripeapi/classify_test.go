@@ -24,6 +24,9 @@ func TestClassify(t *testing.T) {
 		// Wrapped, as callers may wrap it; classify must unwrap.
 		return fmt.Errorf("calling stripe: %w", &stripe.Error{HTTPStatusCode: status, Type: typ, Code: code, Msg: "msg", RequestID: "req_1"})
 	}
+	paramErr := func(code stripe.ErrorCode, param string) error {
+		return &stripe.Error{HTTPStatusCode: 400, Type: stripe.ErrorTypeInvalidRequest, Code: code, Param: param, Msg: "msg"}
+	}
 
 	tests := []struct {
 		name  string
@@ -42,6 +45,9 @@ func TestClassify(t *testing.T) {
 		{"AuthenticationRequired", nil, stripeErr(402, stripe.ErrorTypeCard, stripe.ErrorCodeAuthenticationRequired), ledger.OutcomeFailed, "authentication_required"},
 		{"InvalidRequest", nil, stripeErr(400, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeParameterInvalidInteger), ledger.OutcomeFailed, "parameter_invalid_integer"},
 		{"ResourceMissing", nil, stripeErr(404, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing), ledger.OutcomeFailed, "resource_missing"},
+		{"NoPaymentMethod", nil, paramErr(stripe.ErrorCodePaymentIntentUnexpectedState, "payment_method"), ledger.OutcomeFailed, ledger.FailureNoPaymentMethod},
+		{"PaymentMethodGone", nil, paramErr(stripe.ErrorCodeResourceMissing, "payment_method"), ledger.OutcomeFailed, ledger.FailureNoPaymentMethod},
+		{"CustomerMissing", nil, paramErr(stripe.ErrorCodeResourceMissing, "customer"), ledger.OutcomeFailed, "resource_missing"},
 		{"IdempotencyError", nil, stripeErr(400, stripe.ErrorTypeIdempotency, ""), ledger.OutcomeHeld, ""},
 		{"KeyInUse", nil, stripeErr(409, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeIdempotencyKeyInUse), ledger.OutcomeRetryLater, "idempotency_key_in_use"},
 		{"RateLimited", nil, stripeErr(429, "rate_limit_error", stripe.ErrorCodeRateLimit), ledger.OutcomeRetryLater, "rate_limit"},

@@ -240,6 +240,13 @@ func Classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
 		o.Class = ledger.OutcomeError
 	case se.Type == stripe.ErrorTypeCard || se.HTTPStatusCode == http.StatusPaymentRequired:
 		o.Class = ledger.OutcomeFailed
+	case se.Param == "payment_method" &&
+		(se.Code == stripe.ErrorCodePaymentIntentUnexpectedState || se.Code == stripe.ErrorCodeResourceMissing):
+		// No payment method to confirm with (none registered, no default
+		// on Stripe, or one deleted since): nothing was created, and a try
+		// once the customer has one can succeed.
+		o.Class, o.ErrorCode = ledger.OutcomeFailed, ledger.FailureNoPaymentMethod
+		o.ErrorMessage = fmt.Sprintf("%s (%s)", se.Msg, se.Code)
 	case se.Type == stripe.ErrorTypeInvalidRequest || se.HTTPStatusCode == http.StatusBadRequest ||
 		se.HTTPStatusCode == http.StatusNotFound:
 		o.Class = ledger.OutcomeFailed
