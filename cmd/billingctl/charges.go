@@ -338,6 +338,11 @@ func chargeCancel(ctx context.Context, l *ledger.Ledger, actor string, args []st
 	if err != nil {
 		return actionError(ctx, l, id, err)
 	}
+	if c.Status == ledger.ChargePastDue {
+		fmt.Fprintf(stdout, "cancel of charge %d (%s/%s, %s) requested: its charge job cancels its PaymentIntents on Stripe, then the charge (follow it: billingctl charges show %d)\n",
+			c.ID, c.CustomerID, c.Period, amount(c), c.ID)
+		return nil
+	}
 	fmt.Fprintf(stdout, "canceled charge %d (%s/%s, %s): now %s; it will never be charged\n",
 		c.ID, c.CustomerID, c.Period, amount(c), c.Status)
 	return nil

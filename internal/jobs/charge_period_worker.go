@@ -247,9 +247,10 @@ func (r *chargeRun) closeClaim(ctx context.Context) step {
 // claim's Retry). It lists the charge's PaymentIntents on Stripe and cancels
 // each one that could still succeed, so that none of them ever does; one
 // that succeeded or is processing after all is the charge's outcome (two
-// are a double charge: held). Otherwise ledger.ChargeRetryBegin commits the
-// next key generation, the customer's current payment method and the
-// attempt row, and the call goes on with the new key. A crash anywhere here
+// are a double charge: held). An operator's cancel of the charge is then
+// carried out (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin
+// commits the next key generation, the customer's current payment method and
+// the attempt row, and the call goes on with the new key. A crash anywhere here
 // leaves the charge past_due and due: the next run lists again.
 func (r *chargeRun) retry(ctx context.Context) step {
 	if !r.lease.Retry {
@@ -296,12 +297,27 @@ func (r *chargeRun) retry(ctx context.Context) step {
 		if err != nil {
 			return endRun(err)
 		}
-		r.logger.InfoContext(ctx, "past_due charge paid on Stripe before its retry", slog.Int64("charge_id", c.ID),
+		level, msg := slog.LevelInfo, "past_due charge paid on Stripe before its retry"
+		if c.CancelRequestedAt != nil {
+			level, msg = slog.LevelWarn, "past_due charge paid on Stripe before its cancel: not canceled"
+		}
+		r.logger.Log(ctx, level, msg, slog.Int64("charge_id", c.ID),
 			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(moved)))
 		return endRun(nil)
 	}
 	if res := r.crashAt(crashAfterCancel); res.end {
 		return res
+	}
+	if c.CancelRequestedAt != nil {
+		// An operator's cancel: none of the charge's PaymentIntents can
+		// succeed any more, so the charge is canceled and the job is done.
+		canceled, err := r.w.ledger.ChargeCancelFinish(ctx, r.lease, retired, r.completeJob)
+		if err != nil {
+			return r.release(ctx, err)
+		}
+		r.logger.WarnContext(ctx, "past_due charge canceled by an operator", slog.Int64("charge_id", canceled.ID),
+			slog.String("actor", *canceled.CancelRequestedBy), slog.Any("canceled_payment_intents", retired))
+		return endRun(nil)
 	}
 	pm, err := defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID)
 	if err != nil {

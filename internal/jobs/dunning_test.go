@@ -294,3 +294,100 @@ func TestDunningRestoredBeforeARetry(t *testing.T) {
 	require.Equal(t, 1, succeeded)
 	r.waitJobsFinalized(t)
 }
+
+// TestDunningCancel cancels past_due charges as an operator writing off a
+// debt: the charge job cancels every PaymentIntent of the charge that could
+// still succeed first, then the charge, with who and why recorded; the kill
+// switch holds the cancel like a retry; a PaymentIntent paid meanwhile
+// settles the charge instead.
+func TestDunningCancel(t *testing.T) {
+	t.Parallel()
+	opts := setupOpts{ledger: ledger.Config{DunningSchedule: dunningSchedule}}
+
+	t.Run("CancelsItsPaymentIntentsThenTheCharge", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindRequiresAction, Count: 1})
+		first := *c.StripePaymentIntentID
+
+		got, err := b.Ledger.ChargeCancel(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:oncall", Reason: "customer left; written off"})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePastDue, got.Status, "carried out by its charge job")
+		c = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCanceled))
+		require.Equal(t, []string{first}, c.RetiredPaymentIntentIDs)
+		require.False(t, c.BudgetReserved, "a canceled charge releases its reservation")
+		statuses, succeeded := b.piStatuses("cus_acme")
+		require.Equal(t, map[string]stripe.PaymentIntentStatus{first: stripe.PaymentIntentStatusCanceled}, statuses,
+			"its PaymentIntent can never succeed now, and nothing new was made")
+		require.Zero(t, succeeded)
+
+		actions, err := b.Ledger.ChargeActions(ctx, c.ID)
+		require.NoError(t, err)
+		require.Len(t, actions, 2)
+		for i, state := range []string{"requested", "done"} {
+			require.Equal(t, ledger.ActionCancel, actions[i].Action)
+			require.Equal(t, "operator:oncall", actions[i].Actor)
+			require.Equal(t, "customer left; written off", actions[i].Reason)
+			require.Equal(t, state, actions[i].Detail["state"])
+		}
+		require.Equal(t, ledger.ChargeCanceled, *actions[1].StatusAfter)
+		require.Equal(t, int64(1), b.Count(t, `
+SELECT count(*) FROM billing.charge_transitions
+WHERE charge_id = $1 AND from_status = 'past_due' AND to_status = 'canceled' AND actor = 'operator:oncall'`, c.ID))
+		b.waitJobsFinalized(t)
+
+		// A late success of the canceled PaymentIntent moves nothing.
+		applied, err := b.Ledger.ChargeReconcile(ctx, ledger.ChargeReconcileParams{ChargeID: c.ID, Actor: "webhook:evt_late",
+			Outcome: ledger.Outcome{Class: ledger.OutcomeFailed, StripePaymentIntentID: first, ErrorCode: "canceled"}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargeCanceled, applied.Charge.Status)
+	})
+
+	t.Run("KillSwitchHoldsIt", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindDecline, Count: 1})
+		_, err := b.Ledger.ChargingPause(ctx, "operator:test", "incident")
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeCancel(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:test", Reason: "written off"})
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		got, err := b.Ledger.ChargeGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ChargePastDue, got.Status)
+		statuses, _ := b.piStatuses("cus_acme")
+		require.Equal(t, stripe.PaymentIntentStatusRequiresPaymentMethod, statuses[*c.StripePaymentIntentID], "nothing canceled while paused")
+
+		_, err = b.Ledger.ChargingResume(ctx, "operator:test", "incident over")
+		require.NoError(t, err)
+		b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCanceled))
+	})
+
+	t.Run("PaidMeanwhileSettles", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindRequiresAction, Count: 1})
+		// The customer authenticates before the cancel is carried out.
+		_, err := b.sim.PaymentIntentSettle(*c.StripePaymentIntentID, stripesim.PaymentIntentSettleParams{Status: stripesim.SettleStatusSucceeded})
+		require.NoError(t, err)
+		_, err = b.Ledger.ChargeCancel(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:test", Reason: "written off"})
+		require.NoError(t, err)
+		got := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		require.Equal(t, *c.StripePaymentIntentID, *got.StripePaymentIntentID)
+		require.Nil(t, got.CancelRequestedAt, "the request lasts only while the charge is past_due")
+	})
+
+	t.Run("CrashAfterTheCancels", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, opts)
+		c := b.declined(t, ctx, stripesim.Fault{Kind: stripesim.FaultKindDecline, Count: 1})
+		b.crash.arm(jobs.CrashAfterCancel)
+		_, err := b.Ledger.ChargeCancel(ctx, ledger.ChargeActionParams{ChargeID: c.ID, Actor: "operator:test", Reason: "written off"})
+		require.NoError(t, err)
+		b.waitCrashed(t)
+		b.expireLeases()
+		require.NoError(t, b.Ledger.ChargeJobRunNow(ctx, c.ID))
+		got := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCanceled))
+		require.Equal(t, []string{*c.StripePaymentIntentID}, got.RetiredPaymentIntentIDs)
+	})
+}

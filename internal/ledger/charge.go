@@ -90,6 +90,13 @@ type Charge struct {
 	// (and its PaymentIntents carry as metadata.tally_namespace); empty for a
 	// v1 charge, keyed before namespaces existed.
 	KeyNamespace string
+
+	// CancelRequestedAt, by and reason: an operator asked to cancel the
+	// past_due charge (ChargeCancel); its charge job cancels its
+	// PaymentIntents on Stripe, then the charge.
+	CancelRequestedAt *time.Time
+	CancelRequestedBy *string
+	CancelReason      *string
 }
 
 // LeaseLive reports whether a run holds the charge's lease now, on
@@ -113,7 +120,8 @@ const chargeColumns = `id, customer_id, period, status, amount_cents, currency, 
        period_starts_at, lookup_required, held_detail, held_at, held_alerted_at, approved_at,
        budget_reserved, greatest(extract(epoch FROM lease_expires_at - now()), 0)::float8 AS lease_left_seconds,
        carried_in_cents, carried_into, coalesce(key_namespace, '') AS key_namespace,
-       past_due_since, next_retry_at, dunning_retries, retired_payment_intent_ids`
+       past_due_since, next_retry_at, dunning_retries, retired_payment_intent_ids,
+       cancel_requested_at, cancel_requested_by, cancel_reason`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
@@ -125,7 +133,8 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 		&c.GenerationFirstAttemptedAt, &c.LastAttemptedAt, &c.CreatedAt, &c.UpdatedAt,
 		&c.PeriodStartsAt, &c.LookupRequired, &c.HeldDetail, &c.HeldAt, &c.HeldAlertedAt, &c.ApprovedAt,
 		&c.BudgetReserved, &leftSeconds, &c.CarriedInCents, &c.CarriedInto, &c.KeyNamespace,
-		&c.PastDueSince, &c.NextRetryAt, &c.DunningRetries, &c.RetiredPaymentIntentIDs)
+		&c.PastDueSince, &c.NextRetryAt, &c.DunningRetries, &c.RetiredPaymentIntentIDs,
+		&c.CancelRequestedAt, &c.CancelRequestedBy, &c.CancelReason)
 	if err != nil {
 		return nil, err
 	}

@@ -224,8 +224,32 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen
 // releases the charge's budget reservation. It refuses with
 // ConflictChargeOutcomeUnknown a charge whose money may have moved (reconcile
 // it first), and with ConflictChargeNotCancelable any other status.
+//
+// A past_due charge (the customer left, the debt is written off) has
+// PaymentIntents on Stripe that could still succeed: its cancel is recorded
+// on the charge (CancelRequestedAt, By, Reason) and its charge job runs now,
+// through the same claim, lease and kill switch as a retry. The job cancels
+// on Stripe every PaymentIntent of the charge that could still succeed,
+// then the charge (ChargeCancelFinish); one found paid meanwhile settles the
+// charge instead. The charge returned is still past_due.
 func (l *Ledger) ChargeCancel(ctx context.Context, p ChargeActionParams) (*Charge, error) {
-	return l.chargeAction(ctx, ActionCancel, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+	detail := map[string]any{}
+	return l.chargeAction(ctx, ActionCancel, p, detail, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+		if c.Status == ChargePastDue {
+			detail["state"] = "requested"
+			updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET cancel_requested_at = $2, cancel_requested_by = $3, cancel_reason = $4, next_retry_at = $2, updated_at = $2
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, p.Actor, p.Reason))
+			if err != nil {
+				return nil, fmt.Errorf("error requesting the cancel: %w", err)
+			}
+			if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, p.Actor,
+				"cancel requested (its PaymentIntents are canceled on Stripe first): "+p.Reason); err != nil {
+				return nil, err
+			}
+			return updated, l.chargePeriodJobRunNowTx(ctx, tx, c)
+		}
 		if c.Status == ChargeUnknown || c.Status == ChargeProcessing {
 			return nil, &ConflictError{Code: ConflictChargeOutcomeUnknown, Detail: fmt.Sprintf(
 				"charge %d is %s: money may have moved; reconcile it first (billingctl reconcile --customer %s --period %s)",
@@ -233,7 +257,7 @@ func (l *Ledger) ChargeCancel(ctx context.Context, p ChargeActionParams) (*Charg
 		}
 		if c.Status != ChargeHeld && c.Status != ChargePending {
 			return nil, &ConflictError{Code: ConflictChargeNotCancelable, Detail: fmt.Sprintf(
-				"charge %d is %s; only a held or pending charge can be canceled", c.ID, c.Status)}
+				"charge %d is %s; only a held, pending or past_due charge can be canceled", c.ID, c.Status)}
 		}
 		var moved int
 		if err := tx.QueryRow(ctx, `

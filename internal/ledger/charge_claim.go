@@ -84,8 +84,10 @@ type Claim struct {
 
 	// Retry is set when the charge is past_due and its retry is due: the
 	// claimant cancels on Stripe every PaymentIntent of the charge that could
-	// still succeed, then calls ChargeRetryBegin (or records what it found:
-	// a PaymentIntent that succeeded after all). Nothing else is written.
+	// still succeed, then calls ChargeRetryBegin — or ChargeCancelFinish when
+	// an operator asked to cancel the charge (Charge.CancelRequestedAt) — or
+	// records what it found: a PaymentIntent that succeeded after all.
+	// Nothing else is written.
 	Retry bool
 
 	params ChargeClaimParams
@@ -143,8 +145,10 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	if c.LeaseLive() {
 		return claimed{}, &LeaseHeldError{Owner: *c.LeaseOwner, Until: *c.LeaseExpiresAt, Left: c.LeaseLeft}
 	}
+	// The guards stop money from moving; a cancel moves none.
+	canceling := retry && c.CancelRequestedAt != nil
 	var reads *guardReads
-	if !c.BudgetReserved {
+	if !c.BudgetReserved && !canceling {
 		// Queued: they go with the kill switch's read.
 		var err error
 		if reads, err = l.chargeGuardReadsTx(ctx, tx, c); err != nil {
@@ -154,7 +158,7 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	if err := l.chargingPausedTx(ctx, tx); err != nil {
 		return claimed{}, err
 	}
-	if !c.BudgetReserved {
+	if !c.BudgetReserved && !canceling {
 		v, err := l.chargeGuardsTx(ctx, tx, c, reads)
 		if err != nil {
 			return claimed{}, err
@@ -173,8 +177,9 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 		// A retry keeps the reservation its first call took (or takes it,
 		// having just passed its guards: a charge restored without it).
 		c, err := scanCharge(tx.QueryRow(ctx, `
-UPDATE billing.charges SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), budget_reserved = true, updated_at = $4
-WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now))
+UPDATE billing.charges SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
+    budget_reserved = budget_reserved OR NOT $5, updated_at = $4
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now, canceling))
 		if err != nil {
 			return claimed{}, fmt.Errorf("error taking lease: %w", err)
 		}

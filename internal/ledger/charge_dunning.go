@@ -229,6 +229,7 @@ SET status = 'pending', key_generation = $2, idempotency_key = $3, generation_fi
     stripe_payment_intent_id = NULL, stripe_charge_id = NULL, failure_code = NULL, failure_message = NULL,
     resolved_by = NULL, stripe_payment_method_id = $4, retired_payment_intent_ids = $5,
     dunning_retries = dunning_retries + 1, next_retry_at = NULL, lookup_required = false,
+    cancel_requested_at = NULL, cancel_requested_by = NULL, cancel_reason = NULL,
     attempt_count = attempt_count + 1, last_attempted_at = $6, updated_at = $6
 WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm, retired, now))
 		if err != nil {
@@ -252,4 +253,62 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm
 		return nil, fmt.Errorf("error starting retry of charge %d: %w", claim.Charge.ID, err)
 	}
 	return next, nil
+}
+
+// ChargeCancelFinish carries out an operator's cancel of a past_due charge
+// (ChargeCancel) that the caller claimed (Claim.Retry) once it canceled on
+// Stripe every PaymentIntent of the charge that could still succeed
+// (retired; none of the charge's can move money any more). In one
+// transaction the charge records them as retired, moves to canceled with
+// the operator as its actor, releases its lease and budget reservation, the
+// operator action is recorded as done, and done runs (the worker completes
+// its job there). It returns ErrLeaseLost when the caller no longer holds
+// the charge, or it is no longer past_due.
+func (l *Ledger) ChargeCancelFinish(ctx context.Context, claim *Claim, retired []string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+	var canceled *Charge
+	err := l.withTx(ctx, func(tx pgx.Tx) error {
+		now := l.now()
+		c, err := chargeLockTx(ctx, tx, claim.Charge.ID)
+		if err != nil {
+			return err
+		}
+		if c.Status != ChargePastDue || c.CancelRequestedAt == nil || c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
+			return ErrLeaseLost
+		}
+		actor, reason := *c.CancelRequestedBy, *c.CancelReason
+		if c, err = chargeRetireTx(ctx, tx, now, c, retired, actor); err != nil {
+			return err
+		}
+		updated, err := scanCharge(tx.QueryRow(ctx, `
+UPDATE billing.charges
+SET status = 'canceled', next_retry_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
+WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
+		if err != nil {
+			return fmt.Errorf("error canceling: %w", err)
+		}
+		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, actor, "canceled: "+reason); err != nil {
+			return err
+		}
+		if canceled, err = chargeSpendTx(ctx, tx, updated); err != nil {
+			return err
+		}
+		if _, err := operatorActionTx(ctx, tx, now, OperatorAction{Action: ActionCancel, ChargeID: &c.ID, Actor: actor,
+			Reason: reason, StatusBefore: &c.Status, StatusAfter: &canceled.Status,
+			Detail: map[string]any{"state": "done", "retired_payment_intents": retired}}); err != nil {
+			return err
+		}
+		if done != nil {
+			return done(ctx, tx)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error canceling past_due charge %d: %w", claim.Charge.ID, err)
+	}
+	l.logger.WarnContext(ctx, "operator action", "action", ActionCancel, "charge_id", canceled.ID, "actor", *canceled.CancelRequestedBy,
+		"reason", *canceled.CancelReason, "status_before", string(ChargePastDue), "status_after", string(canceled.Status))
+	return canceled, nil
 }

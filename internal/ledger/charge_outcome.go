@@ -275,6 +275,9 @@ SET status = $2,
     lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END,
     past_due_since = CASE WHEN $2 = 'past_due' THEN coalesce(past_due_since, $11) ELSE past_due_since END,
     next_retry_at = $12,
+    cancel_requested_at = CASE WHEN $2 = 'past_due' THEN cancel_requested_at END,
+    cancel_requested_by = CASE WHEN $2 = 'past_due' THEN cancel_requested_by END,
+    cancel_reason = CASE WHEN $2 = 'past_due' THEN cancel_reason END,
     updated_at = $11
 WHERE id = $1
 RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),

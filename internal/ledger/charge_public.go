@@ -30,6 +30,8 @@ type PublicCharge struct {
 	NextRetryAt           *time.Time `json:"next_retry_at"`
 	DunningRetries        int        `json:"dunning_retries"`
 	RetiredPaymentIntents []string   `json:"retired_payment_intent_ids"`
+	CancelRequestedAt     *time.Time `json:"cancel_requested_at"`
+	CancelRequestedBy     *string    `json:"cancel_requested_by"`
 	AttemptCount          int        `json:"attempt_count"`
 	FirstAttemptedAt      *time.Time `json:"first_attempted_at"`
 	LastAttemptedAt       *time.Time `json:"last_attempted_at"`
@@ -55,7 +57,7 @@ func (c *Charge) Public() PublicCharge {
 		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: held,
 		HeldDetail: c.HeldDetail, HeldAt: c.HeldAt, ApprovedAt: c.ApprovedAt, LookupRequired: c.LookupRequired,
 		ResolvedBy: c.ResolvedBy, PastDueSince: c.PastDueSince, NextRetryAt: c.NextRetryAt, DunningRetries: c.DunningRetries,
-		RetiredPaymentIntents: retired, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
+		RetiredPaymentIntents: retired, CancelRequestedAt: c.CancelRequestedAt, CancelRequestedBy: c.CancelRequestedBy, AttemptCount: c.AttemptCount, FirstAttemptedAt: c.FirstAttemptedAt,
 		LastAttemptedAt: c.LastAttemptedAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 	}
 }

@@ -208,6 +208,7 @@ var chargeTransitions = map[[2]ChargeStatus][]ActorKind{
 	{ChargePastDue, ChargeProcessing}:       {ActorJob, ActorReconciler}, // never a webhook: its snapshot may predate the decline
 	{ChargePastDue, ChargeSucceeded}:        {ActorJob, ActorWebhook, ActorReconciler},
 	{ChargePastDue, ChargeHeld}:             {ActorJob, ActorWebhook, ActorReconciler},
+	{ChargePastDue, ChargeCanceled}:         {ActorOperator},                           // an operator's cancel, carried out by the charge job once its PaymentIntents are canceled
 	{ChargeUncollectible, ChargeSucceeded}:  {ActorJob, ActorWebhook, ActorReconciler}, // its own PaymentIntent succeeded later
 }
 
