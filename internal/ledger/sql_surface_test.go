@@ -102,6 +102,8 @@ WHERE customer_id = 'acme' AND period = '2026-11'`).Scan(&total, &amount, &statu
 			`UPDATE billing.charges SET amount_cents = 1`,
 			`DELETE FROM billing.periods`,
 			`SELECT count(*) FROM billing.api_keys`,
+			`SELECT secret FROM billing.webhook_endpoints`,
+			`SELECT payload FROM billing.stripe_events`,
 			`SELECT count(*) FROM river.river_job`,
 			`CREATE TABLE billing.notes (x int)`,
 		} {
