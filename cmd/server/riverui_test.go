@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,8 +43,27 @@ func getBasic(t *testing.T, url, password string) (basicAnswer, string) {
 	return basicAnswer{StatusCode: resp.StatusCode, Header: resp.Header}, string(body)
 }
 
+// sendBasic sends method url with basic auth (any user, password), body and
+// header, and returns the status and body of the answer.
+func sendBasic(t *testing.T, method, url, password, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.SetBasicAuth("ops", password)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(out)
+}
+
 // River's own UI at /riverui/: only for admin keys (basic auth, as a browser
-// sends it), and in a real browser it lists the charge jobs.
+// sends it), in a real browser it lists the charge jobs, and it changes state
+// only for its own pages.
 func TestRiverUI(t *testing.T) {
 	ctx := t.Context()
 	pool, databaseURL := testdb.New(t)
@@ -137,6 +157,60 @@ func TestRiverUI(t *testing.T) {
 		denied := browse(b.baseURL+"/riverui/jobs", "--dump-dom")
 		require.NotContains(t, denied, "charge_period")
 		require.NotContains(t, denied, "config__json", "the UI's page was not served")
+	})
+
+	// What a page on another site can make a browser logged in to the UI
+	// send is refused; the UI's own requests, and scripts', are not.
+	t.Run("CrossSiteRequest", func(t *testing.T) {
+		var jobID int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM river.river_job WHERE kind = 'charge_period'`).Scan(&jobID))
+		jobState := func() string {
+			t.Helper()
+			var state string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river.river_job WHERE id = $1`, jobID).Scan(&state))
+			return state
+		}
+		require.Equal(t, "scheduled", jobState())
+		ids := `{"ids":["` + strconv.FormatInt(jobID, 10) + `"]}`
+
+		// Exactly what <form method="post" enctype="text/plain"
+		// action="…/riverui/api/jobs/cancel"> on https://evil.example sends.
+		status, body := sendBasic(t, http.MethodPost, b.baseURL+"/riverui/api/jobs/cancel", admin, ids,
+			map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"})
+		require.Equal(t, http.StatusForbidden, status, "body: %s", body)
+		require.Contains(t, body, `"code":"cross_site_refused"`)
+		require.Contains(t, body, `Origin \"https://evil.example\" is not this site`)
+		require.Equal(t, "scheduled", jobState(), "the charge job is not cancelled")
+
+		for name, header := range map[string]map[string]string{
+			"another port of this host": {"Origin": "http://127.0.0.1:1", "Content-Type": "application/json"},
+			"an opaque origin":          {"Origin": "null", "Content-Type": "application/json"},
+			"a browser's cross-site":    {"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+			"a browser's same-site":     {"Sec-Fetch-Site": "same-site", "Origin": b.baseURL, "Content-Type": "application/json"},
+			"a form without Origin":     {"Content-Type": "application/x-www-form-urlencoded"},
+			"no content type":           {},
+		} {
+			status, body := sendBasic(t, http.MethodPost, b.baseURL+"/riverui/api/jobs/cancel", admin, ids, header)
+			require.Equal(t, http.StatusForbidden, status, "%s: %s", name, body)
+			require.Contains(t, body, `"code":"cross_site_refused"`, name)
+		}
+		require.Equal(t, "scheduled", jobState())
+
+		// The same request from this site, as JSON, cancels the job.
+		status, body = sendBasic(t, http.MethodPost, b.baseURL+"/riverui/api/jobs/cancel", admin, ids,
+			map[string]string{"Origin": b.baseURL, "Content-Type": "application/json"})
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		require.Equal(t, "cancelled", jobState())
+		// The UI's own fetch: same-origin, its JSON body sent as text/plain.
+		status, body = sendBasic(t, http.MethodPost, b.baseURL+"/riverui/api/jobs/retry", admin, ids,
+			map[string]string{"Origin": b.baseURL, "Sec-Fetch-Site": "same-origin", "Content-Type": "text/plain;charset=UTF-8"})
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		require.Equal(t, "available", jobState())
+		// A script: no Origin, JSON.
+		status, body = sendBasic(t, http.MethodPost, b.baseURL+"/riverui/api/jobs/cancel", admin, ids,
+			map[string]string{"Content-Type": "application/json"})
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		require.Equal(t, "cancelled", jobState())
 	})
 }
 
