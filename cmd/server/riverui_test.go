@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/testdb"
 	"github.com/tally-billing/tally/internal/testtool"
@@ -62,8 +64,8 @@ func sendBasic(t *testing.T, method, url, password, body string, header map[stri
 }
 
 // River's own UI at /riverui/: only for admin keys (basic auth, as a browser
-// sends it), in a real browser it lists the charge jobs, and it changes state
-// only for its own pages.
+// sends it), in a real browser it lists the charge jobs, it changes state
+// only for its own pages, and it does not pause or resume Tally's queues.
 func TestRiverUI(t *testing.T) {
 	ctx := t.Context()
 	pool, databaseURL := testdb.New(t)
@@ -211,6 +213,56 @@ func TestRiverUI(t *testing.T) {
 			map[string]string{"Content-Type": "application/json"})
 		require.Equal(t, http.StatusOK, status, "body: %s", body)
 		require.Equal(t, "cancelled", jobState())
+	})
+
+	// River UI does not pause or resume the queues Tally runs: resuming the
+	// charge queue there would lift the kill switch with no record.
+	t.Run("TallyQueues", func(t *testing.T) {
+		sameOrigin := map[string]string{"Origin": b.baseURL, "Content-Type": "application/json"}
+		status, _, body := b.call(t, admin, http.MethodPost, "/v1/admin/charging/pause", `{"reason":"incident 43"}`)
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		actions := func() int {
+			t.Helper()
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM billing.operator_actions`).Scan(&n))
+			return n
+		}
+		before := actions()
+
+		status, text := sendBasic(t, http.MethodPut, b.baseURL+"/riverui/api/queues/charges/resume", admin, "", sameOrigin)
+		require.Equal(t, http.StatusForbidden, status, "body: %s", text)
+		require.Contains(t, text, `"code":"tally_queue"`)
+		require.Contains(t, text, `billingctl charging resume --reason`)
+		require.Contains(t, text, `POST /v1/admin/charging/resume`)
+		status, _, body = b.call(t, admin, http.MethodGet, "/v1/admin/charging", "")
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, string(body), `"paused":true`, "the kill switch holds")
+		require.Contains(t, string(body), `"reason":"incident 43"`)
+		require.Equal(t, before, actions())
+
+		for _, queue := range append(slices.Clone(jobs.Queues), "*") {
+			for _, verb := range []string{"pause", "resume"} {
+				status, text := sendBasic(t, http.MethodPut, b.baseURL+"/riverui/api/queues/"+url.PathEscape(queue)+"/"+verb, admin, "", sameOrigin)
+				require.Equal(t, http.StatusForbidden, status, "%s %s: %s", verb, queue, text)
+				require.Contains(t, text, "billingctl charging "+verb, "%s %s", verb, queue)
+			}
+		}
+		var pausedAt *time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT paused_at FROM river.river_queue WHERE name = 'charges'`).Scan(&pausedAt))
+		require.NotNil(t, pausedAt, "still paused")
+
+		// A queue Tally does not run is River UI's.
+		_, err := pool.Exec(ctx, `INSERT INTO river.river_queue (name, created_at, metadata, updated_at) VALUES ('reports', now(), '{}', now())`)
+		require.NoError(t, err)
+		status, text = sendBasic(t, http.MethodPut, b.baseURL+"/riverui/api/queues/reports/pause", admin, "", sameOrigin)
+		require.Equal(t, http.StatusOK, status, "body: %s", text)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT paused_at FROM river.river_queue WHERE name = 'reports'`).Scan(&pausedAt))
+		require.NotNil(t, pausedAt)
+		// And its pause too must come from the UI's own pages.
+		status, text = sendBasic(t, http.MethodPut, b.baseURL+"/riverui/api/queues/reports/resume", admin, "",
+			map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"})
+		require.Equal(t, http.StatusForbidden, status, "body: %s", text)
+		require.Contains(t, text, `"code":"cross_site_refused"`)
 	})
 }
 
