@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/jobs"
@@ -69,7 +72,9 @@ func sendBasic(t *testing.T, method, url, password, body string, header map[stri
 func TestRiverUI(t *testing.T) {
 	ctx := t.Context()
 	pool, databaseURL := testdb.New(t)
-	b := setup(ctx, t, databaseURL)
+	b := setupEnv(ctx, t, databaseURL, map[string]string{
+		"TALLY_METRICS_TOKEN": metricsToken, "TALLY_METRICS_STATE_INTERVAL": "1ms",
+	})
 	b.waitStatus(t, "/readyz", http.StatusOK)
 
 	l, err := ledger.New(pool, ledger.Config{})
@@ -213,6 +218,75 @@ func TestRiverUI(t *testing.T) {
 			map[string]string{"Content-Type": "application/json"})
 		require.Equal(t, http.StatusOK, status, "body: %s", body)
 		require.Equal(t, "cancelled", jobState())
+	})
+
+	// The kill switch's state is River's charge queue's, whoever paused or
+	// resumed it; the operator log's record of who and why is shown only
+	// when it agrees, and a disagreement is said.
+	t.Run("KillSwitchFollowsTheQueue", func(t *testing.T) {
+		type charging struct {
+			Paused      bool    `json:"paused"`
+			By          *string `json:"by"`
+			Reason      *string `json:"reason"`
+			Discrepancy *string `json:"discrepancy"`
+		}
+		state := func() (charging, float64) {
+			t.Helper()
+			status, _, body := b.call(t, admin, http.MethodGet, "/v1/admin/charging", "")
+			require.Equal(t, http.StatusOK, status, "body: %s", body)
+			var st charging
+			require.NoError(t, json.Unmarshal(body, &st))
+			status, text := scrape(t, b.baseURL+"/metrics", metricsToken)
+			require.Equal(t, http.StatusOK, status)
+			parser := expfmt.NewTextParser(model.UTF8Validation)
+			families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+			require.NoError(t, err)
+			return st, sample(t, families, "tally_charging_paused", nil)
+		}
+		setQueue := func(sql string) {
+			t.Helper()
+			tag, err := pool.Exec(ctx, sql)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), tag.RowsAffected())
+		}
+
+		status, _, body := b.call(t, admin, http.MethodPost, "/v1/admin/charging/pause", `{"reason":"incident 42"}`)
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		st, gauge := state()
+		require.True(t, st.Paused)
+		require.Equal(t, 1.0, gauge)
+		require.NotNil(t, st.By)
+		require.Nil(t, st.Discrepancy)
+
+		// Resumed behind Tally's back (SQL, a River client): not paused, and
+		// the operator log's pause is not shown as the state.
+		setQueue(`UPDATE river.river_queue SET paused_at = NULL, updated_at = now() WHERE name = 'charges'`)
+		st, gauge = state()
+		require.False(t, st.Paused)
+		require.Equal(t, 0.0, gauge)
+		require.Nil(t, st.By)
+		require.Nil(t, st.Reason)
+		require.NotNil(t, st.Discrepancy)
+		require.Contains(t, *st.Discrepancy, "resumed outside Tally")
+		require.Contains(t, *st.Discrepancy, `"incident 42"`)
+
+		// Paused again behind its back: paused, by no one on record.
+		setQueue(`UPDATE river.river_queue SET paused_at = now(), updated_at = now() WHERE name = 'charges'`)
+		st, gauge = state()
+		require.True(t, st.Paused)
+		require.Equal(t, 1.0, gauge)
+		require.Nil(t, st.By)
+		require.NotNil(t, st.Discrepancy)
+		require.Regexp(t, `^River's charge queue was paused at \S+ outside Tally`, *st.Discrepancy)
+
+		// An operator's resume records the state again.
+		status, _, body = b.call(t, admin, http.MethodPost, "/v1/admin/charging/resume", `{"reason":"incident over"}`)
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		st, gauge = state()
+		require.False(t, st.Paused)
+		require.Equal(t, 0.0, gauge)
+		require.Equal(t, "incident over", *st.Reason)
+		require.Nil(t, st.Discrepancy)
 	})
 
 	// River UI does not pause or resume the queues Tally runs: resuming the
