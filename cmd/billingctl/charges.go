@@ -423,8 +423,13 @@ func chargingStatus(ctx context.Context, l *ledger.Ledger, args []string, stdout
 		fmt.Fprintf(stdout, "charging is PAUSED (%s): no charge or resolve job calls Stripe\n", chargingWho(st))
 	case st.By != "":
 		fmt.Fprintf(stdout, "charging is running (resumed: %s)\n", chargingWho(st))
+	case st.Discrepancy != "":
+		fmt.Fprintln(stdout, "charging is running (resumed outside Tally)")
 	default:
 		fmt.Fprintln(stdout, "charging is running (never paused)")
+	}
+	if st.Discrepancy != "" {
+		fmt.Fprintf(stdout, "WARNING: %s\n", st.Discrepancy)
 	}
 	return nil
 }

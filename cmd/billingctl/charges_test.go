@@ -394,6 +394,26 @@ func TestCharges(t *testing.T) {
 func TestCharging(t *testing.T) {
 	t.Parallel()
 
+	// A resume outside Tally (a River client, SQL) is shown as the state
+	// it is, with what the operator log lacks and the command to record it.
+	t.Run("OutsideTally", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := chargesSetup(t)
+		_, stderr, err := b.billingctl(ctx, "charging", "pause", "--reason", "incident 42")
+		require.NoError(t, err, stderr)
+		require.NoError(t, b.River.QueueResume(ctx, "charges", nil))
+		stdout, stderr, err := b.billingctl(ctx, "charging", "status")
+		require.NoError(t, err, stderr)
+		require.Regexp(t, `^charging is running \(resumed outside Tally\)\nWARNING: charging was paused by cli:\S+ at \S+ \("incident 42"\), `+
+			`but River's charge queue is not paused: it was resumed outside Tally .*; record it with billingctl charging resume --reason`, stdout)
+
+		_, stderr, err = b.billingctl(ctx, "charging", "resume", "--reason", "found resumed")
+		require.NoError(t, err, stderr)
+		stdout, _, err = b.billingctl(ctx, "charging", "status")
+		require.NoError(t, err)
+		require.NotContains(t, stdout, "WARNING")
+	})
+
 	t.Run("PauseStatusResume", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := chargesSetup(t)

@@ -143,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		srv = &http.Server{
 			Handler: api.NewServer(logger, apiLedger, readyFunc(apiPool, workerPool, worker), cfg.StripeWebhookSecret,
-				api.WithMetrics(m, cfg.MetricsToken), api.WithRiverUI(riverUI)),
+				api.WithMetrics(m, cfg.MetricsToken), api.WithRiverUI(riverUI, jobs.Queues)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      60 * time.Second,

@@ -525,7 +525,7 @@ func TestCharging(t *testing.T) {
 		_, b := setup(t, setupOpts{})
 		rec := b.do(http.MethodGet, "/v1/admin/charging", "")
 		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
-		require.JSONEq(t, `{"paused":false,"since":null,"by":null,"reason":null}`, rec.Body.String())
+		require.JSONEq(t, `{"paused":false,"since":null,"by":null,"reason":null,"discrepancy":null}`, rec.Body.String())
 	})
 
 	t.Run("PauseThenResume", func(t *testing.T) {

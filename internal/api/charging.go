@@ -13,14 +13,17 @@ import (
 // it, and read its state. A pause stops every charge and resolve job before
 // it calls Stripe; webhooks and the reconciler's reads go on.
 
-// chargingResponse is the kill switch's state as the API shows it. Since is
-// when charging was paused or last resumed; By and Reason say who did it and
-// why. Each is null when no operator ever paused or resumed charging.
+// chargingResponse is the kill switch's state as the API shows it: Paused
+// is River's charge queue's. Since is when charging was paused or last
+// resumed; By and Reason say who did it and why, null when no operator
+// did. Discrepancy, null when none, says how the operator log disagrees
+// with the queue (paused or resumed outside Tally) and what to run.
 type chargingResponse struct {
-	Paused bool       `json:"paused"`
-	Since  *time.Time `json:"since"`
-	By     *string    `json:"by"`
-	Reason *string    `json:"reason"`
+	Paused      bool       `json:"paused"`
+	Since       *time.Time `json:"since"`
+	By          *string    `json:"by"`
+	Reason      *string    `json:"reason"`
+	Discrepancy *string    `json:"discrepancy"`
 }
 
 func newChargingResponse(st *ledger.ChargingStatus) chargingResponse {
@@ -30,6 +33,9 @@ func newChargingResponse(st *ledger.ChargingStatus) chargingResponse {
 	}
 	if st.Reason != "" {
 		resp.Reason = &st.Reason
+	}
+	if st.Discrepancy != "" {
+		resp.Discrepancy = &st.Discrepancy
 	}
 	return resp
 }

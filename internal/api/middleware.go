@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -214,6 +216,53 @@ func requireAdminBasic(logger *slog.Logger, l *ledger.Ledger, next http.Handler)
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// requireSameOrigin refuses, 403 cross_site_refused, a request that may
+// change state (any method but GET, HEAD and OPTIONS) unless it came from a
+// page of this site. It guards what a browser authenticates by itself (the
+// River UI's basic auth): a page elsewhere can make a logged-in browser send
+// a form or a simple fetch here, but not with this host as its Origin, not
+// with Sec-Fetch-Site: same-origin, and not as Content-Type:
+// application/json (that needs a CORS preflight, which is never answered).
+// So an Origin must be this request's host, a Sec-Fetch-Site must be
+// same-origin, and a request with neither (a client such as curl; every
+// current browser sends one of them) must be JSON. The River UI's own
+// requests pass: same-origin fetches, whose JSON bodies go as text/plain.
+func requireSameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if detail := crossSite(r); detail != "" {
+			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "cross_site_refused",
+				Detail: "refused: " + detail + "; the River UI changes state only for requests from its own pages"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossSite says what makes r a request requireSameOrigin refuses, or "".
+func crossSite(r *http.Request) string {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return ""
+	}
+	origin, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")
+	if origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+			return fmt.Sprintf("the request's Origin %q is not this site (%s)", origin, r.Host)
+		}
+	}
+	if site != "" && site != "same-origin" {
+		return fmt.Sprintf("the browser says the request comes from another page than this site's (Sec-Fetch-Site: %s)", site)
+	}
+	if origin == "" && site == "" {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			return fmt.Sprintf("a request without Origin or Sec-Fetch-Site must send Content-Type: application/json (a form on another site cannot), not %q",
+				r.Header.Get("Content-Type"))
+		}
+	}
+	return ""
 }
 
 // handleRiverUILogin sends a browser that just logged in (basic auth) on to

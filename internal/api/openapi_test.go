@@ -258,6 +258,8 @@ func routeOf(t *testing.T, fset *token.FileSet, h ast.Expr) route {
 		case fun.Name == "requireAdminBasic":
 			r = routeOf(t, fset, call.Args[len(call.Args)-1])
 			r.security = []string{"apiKey:admin", "riverUIBasic:admin"}
+		case fun.Name == "requireSameOrigin":
+			r = routeOf(t, fset, call.Args[len(call.Args)-1])
 		case fun.Name == "requireToken":
 			r = routeOf(t, fset, call.Args[len(call.Args)-1])
 			r.security = []string{"metricsToken:"}

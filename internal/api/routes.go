@@ -16,7 +16,9 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("GET /openapi.yaml", handleOpenAPIDocument())
 	if o.riverUI != nil {
 		mux.Handle("GET /riverui/login", requireAdminBasic(logger, l, handleRiverUILogin()))
-		mux.Handle("/riverui/", requireAdminBasic(logger, l, o.riverUI))
+		mux.Handle("PUT /riverui/api/queues/{name}/pause", requireAdminBasic(logger, l, requireSameOrigin(handleRiverUIQueuePause(o.riverUIQueues, o.riverUI))))
+		mux.Handle("PUT /riverui/api/queues/{name}/resume", requireAdminBasic(logger, l, requireSameOrigin(handleRiverUIQueueResume(o.riverUIQueues, o.riverUI))))
+		mux.Handle("/riverui/", requireAdminBasic(logger, l, requireSameOrigin(o.riverUI)))
 	}
 	if o.metrics != nil && o.metricsToken != "" {
 		mux.Handle("GET /metrics", requireToken(o.metricsToken, o.metrics.Handler()))

@@ -19,17 +19,22 @@ type ReadyFunc func(ctx context.Context) error
 type Option func(*options)
 
 type options struct {
-	metrics      *metrics.Metrics
-	metricsToken string
-	riverUI      http.Handler
+	metrics       *metrics.Metrics
+	metricsToken  string
+	riverUI       http.Handler
+	riverUIQueues []string
 }
 
 // WithRiverUI mounts River's own UI (riverqueue.com/riverui, built with the
 // prefix /riverui) at /riverui/, for API keys with the admin scope only: a
 // browser is asked for one with a basic-auth prompt (any user name, the key
-// as the password); a client may send it as a bearer token.
-func WithRiverUI(h http.Handler) Option {
-	return func(o *options) { o.riverUI = h }
+// as the password); a client may send it as a bearer token. Requests that
+// change state must come from the UI's own pages (requireSameOrigin), and
+// the UI may not pause or resume queues, the River queues Tally runs
+// (jobs.Queues), nor every queue at once: charging's kill switch is the
+// admin API's, which records who and why.
+func WithRiverUI(h http.Handler, queues []string) Option {
+	return func(o *options) { o.riverUI, o.riverUIQueues = h, queues }
 }
 
 // WithMetrics counts every request, and the usage events' results, in m.

@@ -176,12 +176,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: config.Logger,
 		Schema: schema.RiverSchema,
-		Queues: map[string]river.QueueConfig{
-			QueueCharges:     {MaxWorkers: config.Concurrency, FetchPollInterval: chargesFetchPollInterval},
-			QueueWebhooks:    {MaxWorkers: 10},
-			QueueMaintenance: {MaxWorkers: 2},
-			QueueDeliveries:  {MaxWorkers: config.DeliveryWorkers},
-		},
+		Queues: queueConfigs(config),
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(config.ReconcileInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return ChargeReconcileArgs{}, nil },
@@ -210,6 +205,22 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 		return nil, fmt.Errorf("error creating river worker client: %w", err)
 	}
 	return client, nil
+}
+
+// Queues are the River queues Tally runs, each worked by every worker
+// replica: QueueCharges (the kill switch pauses it), QueueWebhooks,
+// QueueMaintenance and QueueDeliveries. Their pause is Tally's to set, so
+// River UI may not pause or resume them.
+var Queues = []string{QueueCharges, QueueWebhooks, QueueMaintenance, QueueDeliveries}
+
+// queueConfigs is the River configuration of each of Queues for config.
+func queueConfigs(config WorkerConfig) map[string]river.QueueConfig {
+	return map[string]river.QueueConfig{
+		QueueCharges:     {MaxWorkers: config.Concurrency, FetchPollInterval: chargesFetchPollInterval},
+		QueueWebhooks:    {MaxWorkers: 10},
+		QueueMaintenance: {MaxWorkers: 2},
+		QueueDeliveries:  {MaxWorkers: config.DeliveryWorkers},
+	}
 }
 
 // RetryMaxDelayDefault caps retries at an hour, so a charge job's 25

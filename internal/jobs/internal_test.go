@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,6 +23,13 @@ func TestLeaseLeft(t *testing.T) {
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, w.leaseLeft(canceled, time.Now()), context.Canceled)
+}
+
+// Queues names every queue the worker client runs, so River UI's guard
+// (api.WithRiverUI) covers each.
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	require.ElementsMatch(t, Queues, slices.Collect(maps.Keys(queueConfigs(WorkerConfig{}))))
 }
 
 func TestReconcileOutcome(t *testing.T) {

@@ -88,7 +88,7 @@ func (w *ChargeReconcileWorker) Work(ctx context.Context, job *river.Job[ChargeR
 	if _, err := w.ledger.ChargeHeldReport(ctx); err != nil {
 		return err
 	}
-	if _, err := w.ledger.ChargingPausedReport(ctx, ledger.ChargingPausedAlertAfter); err != nil {
+	if _, err := w.ledger.ChargingReport(ctx, ledger.ChargingPausedAlertAfter); err != nil {
 		return err
 	}
 	return nil

@@ -43,7 +43,8 @@ type OperationsState struct {
 	// StripeEventSince is when the oldest of those was received, or nil.
 	StripeEventSince *time.Time
 
-	// ChargingPausedSince is when an operator paused charging, or nil.
+	// ChargingPausedSince is when River's charge queue was paused (the kill
+	// switch, whoever set it), or nil.
 	ChargingPausedSince *time.Time
 
 	// WebhookEndpointsDisabled counts the webhook endpoints disabled for

@@ -69,7 +69,7 @@ func NewStateCollector(read StateFunc, interval time.Duration, logger *slog.Logg
 			"jobs":           desc("tally_river_jobs", "River jobs not completed, by queue and state.", "queue", "state"),
 			"stripe_events":  desc("tally_stripe_webhook_events", "Stripe webhook events not processed, by status (received, failed).", "status"),
 			"stripe_oldest":  desc("tally_stripe_webhook_event_oldest_seconds", "Age of the oldest Stripe webhook event not processed (0: none)."),
-			"paused":         desc("tally_charging_paused", "1 while an operator has paused charging (the kill switch), else 0."),
+			"paused":         desc("tally_charging_paused", "1 while River's charge queue is paused (the kill switch), whoever paused it, else 0."),
 			"hooks_disabled": desc("tally_webhook_endpoints_disabled", "Webhook endpoints disabled for failing: nothing is sent to them until billingctl webhooks enable."),
 			"state_age":      desc("tally_state_age_seconds", "Age of the state these gauges show (the shared snapshot's age plus the time since this replica read it)."),
 			"state_interval": desc("tally_state_interval_seconds", "How often the state gauges are read from Postgres, at most."),
