@@ -2,6 +2,9 @@
 # `make run`: a local dev stack.
 #   Postgres (scripts/ensure-postgres.sh) → database "tally" → migrate up → a fresh dev API key
 #   → cmd/stripesim on 127.0.0.1:12111 (background) → cmd/server on 127.0.0.1:8080 (foreground).
+#   The simulator posts its events to the server's
+#   /v1/stripe/webhooks, signed with a webhook secret made for this run that the server checks:
+#   refunds and disputes made in the simulator reach the ledger.
 # Binaries are built into .tmp/bin (not `go run`) so signals reach the real processes.
 # Ctrl-C (or SIGTERM to this script) stops the server gracefully, then the simulator.
 # Env: TALLY_PERIOD (default hour), STRIPESIM_FLAGS (extra stripesim flags, word-split);
@@ -51,14 +54,20 @@ key_file_shown="${KEY_FILE#"$REPO_ROOT"/}"
 export TALLY_HTTP_ADDR="$HTTP_ADDR"
 export STRIPE_API_KEY="sk_test_tally_dev"
 export STRIPE_API_BASE="http://$SIM_ADDR"
-export STRIPE_WEBHOOK_SECRET="whsec_tally_dev"
+# One webhook secret per run, the simulator signing with what the server checks.
+STRIPE_WEBHOOK_SECRET="whsec_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+export STRIPE_WEBHOOK_SECRET
+export STRIPESIM_WEBHOOK_SECRET="$STRIPE_WEBHOOK_SECRET"
+export STRIPESIM_WEBHOOK_URL="http://$HTTP_ADDR/v1/stripe/webhooks"
 export TALLY_PERIOD="${TALLY_PERIOD:-hour}"
 
 cat <<EOF
 
   ┌──────────────────────────── Tally dev stack ────────────────────────────
   │ API          http://$HTTP_ADDR
-  │ Stripe sim   http://$SIM_ADDR   (webhook secret $STRIPE_WEBHOOK_SECRET)
+  │ Stripe sim   http://$SIM_ADDR
+  │   webhooks → $STRIPESIM_WEBHOOK_URL
+  │   signed with $STRIPE_WEBHOOK_SECRET
   │ Database     $DATABASE_URL
   │ Period       $TALLY_PERIOD
   │
