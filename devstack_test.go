@@ -25,12 +25,13 @@ import (
 // devStack is the stack `make run` starts (scripts/run-dev.sh), moved to
 // free loopback ports and a database of its own.
 type devStack struct {
-	HTTPAddr string
-	SimAddr  string
-	DBName   string
-	DBURL    string
-	KeyFile  string
-	LogPath  string
+	HTTPAddr    string
+	SimAddr     string
+	MetricsAddr string
+	DBName      string
+	DBURL       string
+	KeyFile     string
+	LogPath     string
 }
 
 // startDevStack runs scripts/run-dev.sh as `make run` does, with only its
@@ -39,7 +40,7 @@ type devStack struct {
 func startDevStack(ctx context.Context, t *testing.T) *devStack {
 	t.Helper()
 	s := &devStack{
-		HTTPAddr: freeAddr(t), SimAddr: freeAddr(t),
+		HTTPAddr: freeAddr(t), SimAddr: freeAddr(t), MetricsAddr: freeAddr(t),
 		DBURL:   testdb.NewEmpty(t),
 		KeyFile: filepath.Join(t.TempDir(), "dev-api-key"),
 		LogPath: filepath.Join(t.TempDir(), "run-dev.log"),
@@ -53,7 +54,7 @@ func startDevStack(ctx context.Context, t *testing.T) *devStack {
 		Args: []string{"scripts/run-dev.sh"},
 		Env: []string{
 			"TALLY_DEV_HTTP_ADDR=" + s.HTTPAddr, "TALLY_DEV_SIM_ADDR=" + s.SimAddr,
-			"TALLY_METRICS_ADDR=off",
+			"TALLY_DEV_METRICS_ADDR=" + s.MetricsAddr,
 			"TALLY_DEV_DB=" + s.DBName, "TALLY_DEV_KEY_FILE=" + s.KeyFile,
 			"TALLY_ADMIN_DATABASE_URL=" + testdb.AdminURL(),
 		},
@@ -72,7 +73,8 @@ func startDevStack(ctx context.Context, t *testing.T) *devStack {
 // TestDevStackStripeWebhooks shows that the stack of `make run` wires the
 // simulator's webhooks to the server: a refund and a dispute made in the
 // simulator, as from Stripe's Dashboard, reach billing.refunds and
-// billing.disputes, signed with the secret the server checks.
+// billing.disputes, signed with the secret the server checks; and the
+// server's metrics listen where TALLY_DEV_METRICS_ADDR says.
 func TestDevStackStripeWebhooks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the dev stack")
@@ -168,6 +170,15 @@ func TestDevStackStripeWebhooks(t *testing.T) {
 	require.Equal(t, c.ID, refund.chargeID)
 	require.Equal(t, int64(500), refund.amount)
 	require.Equal(t, c.ID, disputeCharge)
+
+	// The metrics, on TALLY_DEV_METRICS_ADDR.
+	resp, err := http.Get("http://" + s.MetricsAddr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	metrics, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Regexp(t, `(?m)^tally_charge_transitions_total\{from="[a-z_]+",to="succeeded"\} 1$`, string(metrics))
 }
 
 // eventually polls cond until it holds or timeout passes, and reports
