@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -166,4 +167,28 @@ VALUES ('held-co', '2026-01-01', 'held', 100, 'usd', 1, 'cus_held', 'k:held', 'i
 	cmd.Stdin = strings.NewReader(text)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "promtool check metrics:\n%s", out)
+}
+
+// TestMetricsListenerToken: a metrics listener on every interface (as in a
+// pod, scraped from outside) answers only with TALLY_METRICS_TOKEN; one on
+// loopback stays open to an agent on the host (TestMetrics).
+func TestMetricsListenerToken(t *testing.T) {
+	ctx := t.Context()
+	_, databaseURL := testdb.New(t)
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	b := setupEnv(ctx, t, databaseURL, map[string]string{
+		"TALLY_METRICS_ADDR": ":" + port, "TALLY_METRICS_TOKEN": metricsToken,
+	})
+	b.waitStatus(t, "/readyz", http.StatusOK)
+
+	url := "http://127.0.0.1:" + port + "/metrics"
+	status, body := scrape(t, url, "")
+	require.Equal(t, http.StatusUnauthorized, status, "body: %s", body)
+	require.NotContains(t, body, "tally_")
+	status, _ = scrape(t, url, "wrong-token-0123456789")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, body = scrape(t, url, metricsToken)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "tally_http_requests_total")
 }
