@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error starting river workers: %w", err)
 		}
 		go jobs.QueueStatsKeep(ctx, queuePool, logger)
+		m.RoleStarted(roleWorker)
 		logger.InfoContext(ctx, "workers started", slog.Int("concurrency", cfg.Workers))
 	}
 
@@ -156,6 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		logger.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()), slog.Any("roles", cfg.Roles))
 		go func() { serveErr <- srv.Serve(ln) }()
+		m.RoleStarted(roleAPI)
 	}
 
 	select {
