@@ -3,10 +3,8 @@ package tally_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -45,31 +43,8 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.Equal(t, "make run", strings.TrimSpace(blocks[0]), "the first command of the quick start")
 
 	// The stack, as `make run` starts it, moved aside.
-	httpAddr, simAddr := freeAddr(t), freeAddr(t)
-	dbURL := testdb.NewEmpty(t)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	dbName := strings.TrimPrefix(u.Path, "/")
-	keyFile := filepath.Join(t.TempDir(), "dev-api-key")
-	stack := &proc.Proc{
-		Name: "run-dev",
-		Bin:  "bash",
-		Args: []string{"scripts/run-dev.sh"},
-		Env: []string{
-			"TALLY_DEV_HTTP_ADDR=" + httpAddr, "TALLY_DEV_SIM_ADDR=" + simAddr,
-			"TALLY_DEV_DB=" + dbName, "TALLY_DEV_KEY_FILE=" + keyFile,
-			"TALLY_ADMIN_DATABASE_URL=" + testdb.AdminURL(),
-			"TALLY_METRICS_ADDR=off",
-		},
-		LogPath: filepath.Join(t.TempDir(), "run-dev.log"),
-		Ready:   "http://" + httpAddr + "/readyz",
-	}
-	require.NoError(t, stack.Start())
-	t.Cleanup(func() { stack.Stop(15 * time.Second) })
-	if err := stack.WaitReady(ctx, 3*time.Minute); err != nil {
-		out, _ := os.ReadFile(stack.LogPath)
-		t.Fatalf("make run's stack did not come up: %v\n%s", err, out)
-	}
+	stack := startDevStack(ctx, t)
+	httpAddr, simAddr, dbName, keyFile := stack.HTTPAddr, stack.SimAddr, stack.DBName, stack.KeyFile
 	banner, err := os.ReadFile(stack.LogPath)
 	require.NoError(t, err)
 	require.Contains(t, string(banner), "Dev API key")

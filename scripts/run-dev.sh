@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # `make run`: a local dev stack.
 #   Postgres (scripts/ensure-postgres.sh) → database "tally" → migrate up → a fresh dev API key
-#   → cmd/stripesim on 127.0.0.1:12111 (background) → cmd/server on 127.0.0.1:8080 (foreground).
+#   → cmd/stripesim on 127.0.0.1:12111 (background) → cmd/server on 127.0.0.1:8080 (foreground),
+#   its metrics on 127.0.0.1:9464. The simulator posts its events to the server's
+#   /v1/stripe/webhooks, signed with a webhook secret made for this run that the server checks:
+#   refunds and disputes made in the simulator reach the ledger.
 # Binaries are built into .tmp/bin (not `go run`) so signals reach the real processes.
 # Ctrl-C (or SIGTERM to this script) stops the server gracefully, then the simulator.
 # Env: TALLY_PERIOD (default hour), STRIPESIM_FLAGS (extra stripesim flags, word-split);
-#   TALLY_DEV_HTTP_ADDR, TALLY_DEV_SIM_ADDR, TALLY_DEV_DB and TALLY_DEV_KEY_FILE move the stack
-#   (defaults 127.0.0.1:8080, 127.0.0.1:12111, database tally, .tmp/dev-api-key): the README
-#   test runs a second stack beside yours with them.
+#   TALLY_DEV_HTTP_ADDR, TALLY_DEV_SIM_ADDR, TALLY_DEV_METRICS_ADDR, TALLY_DEV_DB and
+#   TALLY_DEV_KEY_FILE move the stack (defaults 127.0.0.1:8080, 127.0.0.1:12111, 127.0.0.1:9464
+#   or off, database tally, .tmp/dev-api-key): the README test runs a second stack beside yours
+#   with them.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -17,6 +21,7 @@ GO="${GO:-go}"
 
 HTTP_ADDR="${TALLY_DEV_HTTP_ADDR:-127.0.0.1:8080}"
 SIM_ADDR="${TALLY_DEV_SIM_ADDR:-127.0.0.1:12111}"
+METRICS_ADDR="${TALLY_DEV_METRICS_ADDR:-127.0.0.1:9464}"
 DB_NAME="${TALLY_DEV_DB:-tally}"
 KEY_FILE="${TALLY_DEV_KEY_FILE:-$REPO_ROOT/.tmp/dev-api-key}"
 SCOPES="usage:write,customers:write,billing:read,admin"
@@ -28,6 +33,9 @@ source "$REPO_ROOT/scripts/lib/common.sh"
 # Fail early, before building, if the ports are taken (e.g. a previous run still alive).
 port_in_use "$HTTP_ADDR" && die "$HTTP_ADDR is already in use (another tally server?)"
 port_in_use "$SIM_ADDR" && die "$SIM_ADDR is already in use (a leftover stripesim?)"
+if [[ $METRICS_ADDR != off ]] && port_in_use "$METRICS_ADDR"; then
+  die "$METRICS_ADDR is already in use (another tally server?); set TALLY_DEV_METRICS_ADDR to another address, or off"
+fi
 
 admin_url="$(bash scripts/ensure-postgres.sh)"
 DATABASE_URL="$(bash scripts/ensure-db.sh "$DB_NAME" "$admin_url")"
@@ -49,16 +57,25 @@ mkdir -p "$(dirname "$KEY_FILE")"
 key_file_shown="${KEY_FILE#"$REPO_ROOT"/}"
 
 export TALLY_HTTP_ADDR="$HTTP_ADDR"
+export TALLY_METRICS_ADDR="$METRICS_ADDR"
 export STRIPE_API_KEY="sk_test_tally_dev"
 export STRIPE_API_BASE="http://$SIM_ADDR"
-export STRIPE_WEBHOOK_SECRET="whsec_tally_dev"
+# One webhook secret per run, the simulator signing with what the server checks.
+STRIPE_WEBHOOK_SECRET="whsec_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+export STRIPE_WEBHOOK_SECRET
+export STRIPESIM_WEBHOOK_SECRET="$STRIPE_WEBHOOK_SECRET"
+export STRIPESIM_WEBHOOK_URL="http://$HTTP_ADDR/v1/stripe/webhooks"
 export TALLY_PERIOD="${TALLY_PERIOD:-hour}"
+if [[ $METRICS_ADDR == off ]]; then metrics_shown="off"; else metrics_shown="http://$METRICS_ADDR/metrics"; fi
 
 cat <<EOF
 
   ┌──────────────────────────── Tally dev stack ────────────────────────────
   │ API          http://$HTTP_ADDR
-  │ Stripe sim   http://$SIM_ADDR   (webhook secret $STRIPE_WEBHOOK_SECRET)
+  │ Stripe sim   http://$SIM_ADDR
+  │   webhooks → $STRIPESIM_WEBHOOK_URL
+  │   signed with $STRIPE_WEBHOOK_SECRET
+  │ Metrics      $metrics_shown
   │ Database     $DATABASE_URL
   │ Period       $TALLY_PERIOD
   │

@@ -23,7 +23,7 @@ const (
 // Defaults of the configuration, named after their variable.
 const (
 	httpAddrDefault    = ":8080"
-	metricsAddrDefault = "127.0.0.1:9464" // loopback: scraped by an agent on the host, or set TALLY_METRICS_TOKEN
+	metricsAddrDefault = "127.0.0.1:9464" // loopback: scraped by an agent on the host; any other address needs TALLY_METRICS_TOKEN
 
 	// metricsStateIntervalDefault is how often, at most, a replica reads the
 	// state gauges (charges in flight, ages, River's jobs) from Postgres,
@@ -54,7 +54,7 @@ type config struct {
 	HTTPAddr             string
 	DebugAddr            string // TALLY_DEBUG_ADDR: net/http/pprof, loopback only; empty: off
 	MetricsAddr          string // TALLY_METRICS_ADDR: the metrics listener; "off": none
-	MetricsToken         string // TALLY_METRICS_TOKEN: also serve /metrics on the API behind it
+	MetricsToken         string // TALLY_METRICS_TOKEN: required on a non-loopback metrics listener; also serves /metrics on the API behind it
 	MetricsStateInterval time.Duration
 	Roles                []string
 	Workers              int
@@ -135,6 +135,9 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if c.MetricsAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			bad("TALLY_METRICS_ADDR", "%q is not host:port (such as 127.0.0.1:9464) or off", c.MetricsAddr)
+		} else if c.MetricsToken == "" && !loopbackAddr(c.MetricsAddr) {
+			bad("TALLY_METRICS_ADDR", "%q is not a loopback address and TALLY_METRICS_TOKEN is unset: anyone reaching it would read the metrics; "+
+				"set TALLY_METRICS_TOKEN (scrapers send it as Authorization: Bearer <token>), bind 127.0.0.1:port, or off", c.MetricsAddr)
 		}
 	}
 	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {

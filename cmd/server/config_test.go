@@ -61,6 +61,8 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_STRIPE_KEY_WINDOW", map[string]string{"TALLY_STRIPE_KEY_WINDOW": "1 day"}},
 			{"TALLY_DEBUG_ADDR", map[string]string{"TALLY_DEBUG_ADDR": ":6060"}},
 			{"TALLY_DEBUG_ADDR", map[string]string{"TALLY_DEBUG_ADDR": "0.0.0.0:6060"}},
+			{"TALLY_METRICS_ADDR", map[string]string{"TALLY_METRICS_ADDR": ":9464"}},
+			{"TALLY_METRICS_ADDR", map[string]string{"TALLY_METRICS_ADDR": "10.0.0.5:9464"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "0"}},
 			{"TALLY_WORKERS", map[string]string{"TALLY_WORKERS": "many"}},
 			{"TALLY_DUNNING_SCHEDULE", map[string]string{"TALLY_DUNNING_SCHEDULE": "7d,3d"}},
@@ -153,6 +155,21 @@ func TestLoadConfig(t *testing.T) {
 			_, err := loadConfig(testEnv(map[string]string{"STRIPE_API_KEY": key}))
 			require.NoError(t, err, key)
 		}
+	})
+
+	t.Run("MetricsAddrOffLoopbackNeedsToken", func(t *testing.T) {
+		t.Parallel()
+		for _, addr := range []string{"127.0.0.1:9464", "[::1]:9464", "localhost:9464", "off"} {
+			c, err := loadConfig(testEnv(map[string]string{"TALLY_METRICS_ADDR": addr}))
+			require.NoError(t, err, addr)
+			require.Equal(t, addr, c.MetricsAddr)
+		}
+		_, err := loadConfig(testEnv(map[string]string{"TALLY_METRICS_ADDR": ":9464"}))
+		require.ErrorContains(t, err, "TALLY_METRICS_ADDR:")
+		require.ErrorContains(t, err, "TALLY_METRICS_TOKEN")
+		c, err := loadConfig(testEnv(map[string]string{"TALLY_METRICS_ADDR": ":9464", "TALLY_METRICS_TOKEN": "0123456789abcdef"}))
+		require.NoError(t, err)
+		require.Equal(t, ":9464", c.MetricsAddr)
 	})
 
 	t.Run("Overrides", func(t *testing.T) {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -158,6 +160,11 @@ VALUES ('held-co', '2026-01-01', 'held', 100, 'usd', 1, 'cus_held', 'k:held', 'i
 	require.Equal(t, 1.0, sample(t, families, "tally_charging_paused", nil))
 	require.GreaterOrEqual(t, sample(t, families, "tally_period_close_overdue_seconds", nil), 90.0)
 
+	// The replica's roles, for the alerts that fire when every replica of
+	// one is gone: this one runs the API only.
+	require.Equal(t, 1.0, sample(t, families, "tally_replica_role", map[string]string{"role": "api"}))
+	require.Len(t, families["tally_replica_role"].GetMetric(), 1, "no worker role")
+
 	require.Contains(t, families, "go_goroutines")
 	require.Contains(t, families, "process_resident_memory_bytes")
 	require.NotContains(t, text, secret, "no secret in the metrics")
@@ -166,4 +173,60 @@ VALUES ('held-co', '2026-01-01', 'held', 100, 'usd', 1, 'cus_held', 'k:held', 'i
 	cmd.Stdin = strings.NewReader(text)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "promtool check metrics:\n%s", out)
+}
+
+// TestMetricsListenerToken: a metrics listener on every interface (as in a
+// pod, scraped from outside) answers only with TALLY_METRICS_TOKEN; one on
+// loopback stays open to an agent on the host (TestMetrics).
+func TestMetricsListenerToken(t *testing.T) {
+	ctx := t.Context()
+	_, databaseURL := testdb.New(t)
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	b := setupEnv(ctx, t, databaseURL, map[string]string{
+		"TALLY_METRICS_ADDR": ":" + port, "TALLY_METRICS_TOKEN": metricsToken,
+	})
+	b.waitStatus(t, "/readyz", http.StatusOK)
+
+	url := "http://127.0.0.1:" + port + "/metrics"
+	status, body := scrape(t, url, "")
+	require.Equal(t, http.StatusUnauthorized, status, "body: %s", body)
+	require.NotContains(t, body, "tally_")
+	status, _ = scrape(t, url, "wrong-token-0123456789")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, body = scrape(t, url, metricsToken)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "tally_http_requests_total")
+}
+
+// TestMetricsWorkerRole: a worker-only replica, which serves no API,
+// exports its role on the metrics listener once its workers have started.
+func TestMetricsWorkerRole(t *testing.T) {
+	ctx := t.Context()
+	_, databaseURL := testdb.New(t)
+	metricsAddr := freeAddr(t)
+	setupEnv(ctx, t, databaseURL, map[string]string{
+		"TALLY_ROLES": "worker", "TALLY_METRICS_ADDR": metricsAddr,
+		"STRIPE_API_KEY": "rk_test_metrics", "STRIPE_API_BASE": "http://" + freeAddr(t), "TALLY_WORKERS": "1",
+	})
+
+	url := "http://" + metricsAddr + "/metrics"
+	deadline := time.Now().Add(readyWaitMax)
+	var text string
+	for !strings.Contains(text, "tally_replica_role") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		resp, err := http.Get(url)
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		text = string(body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	require.NoError(t, err, "%s", text)
+	require.Equal(t, 1.0, sample(t, families, "tally_replica_role", map[string]string{"role": "worker"}))
+	require.Len(t, families["tally_replica_role"].GetMetric(), 1, "no API role")
 }

@@ -51,7 +51,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	m := metrics.New()
 	if cfg.MetricsAddr != "off" {
-		stopMetrics, err := serveMetrics(cfg.MetricsAddr, m, logger)
+		h := m.Handler()
+		if !loopbackAddr(cfg.MetricsAddr) {
+			h = api.MetricsHandler(m, cfg.MetricsToken) // loadConfig refuses this address without a token
+		}
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, h, logger)
 		if err != nil {
 			return err
 		}
@@ -113,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("error starting river workers: %w", err)
 		}
 		go jobs.QueueStatsKeep(ctx, queuePool, logger)
+		m.RoleStarted(roleWorker)
 		logger.InfoContext(ctx, "workers started", slog.Int("concurrency", cfg.Workers))
 	}
 
@@ -152,6 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		logger.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()), slog.Any("roles", cfg.Roles))
 		go func() { serveErr <- srv.Serve(ln) }()
+		m.RoleStarted(roleAPI)
 	}
 
 	select {
@@ -356,15 +362,15 @@ func startRiverUI(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) 
 	return h, nil
 }
 
-// serveMetrics serves m at /metrics on addr (TALLY_METRICS_ADDR) until the
-// returned function is called.
-func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (func(), error) {
+// serveMetrics serves h, the metrics, at /metrics on addr
+// (TALLY_METRICS_ADDR) until the returned function is called.
+func serveMetrics(addr string, h http.Handler, logger *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("error listening on TALLY_METRICS_ADDR %s (set another address, or off): %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	logger.Info("metrics listening", slog.String("addr", ln.Addr().String()))
 	go func() { _ = srv.Serve(ln) }()

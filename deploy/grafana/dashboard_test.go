@@ -21,8 +21,13 @@ type dashboard struct {
 	Title  string `json:"title"`
 	Panels []struct {
 		Title   string `json:"title"`
+		Type    string `json:"type"`
+		GridPos struct {
+			X, Y, W, H int
+		} `json:"gridPos"`
 		Targets []struct {
-			Expr string `json:"expr"`
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
 		} `json:"targets"`
 	} `json:"panels"`
 }
@@ -35,16 +40,9 @@ func TestDashboard(t *testing.T) {
 	require.NotEmpty(t, d.Panels)
 
 	// The names Tally exports: the Name of every metric in internal/metrics.
-	var source strings.Builder
-	files, err := filepath.Glob("../../internal/metrics/*.go")
-	require.NoError(t, err)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		source.Write(b)
-	}
+	source := metricsSource(t)
 	exported := map[string]bool{}
-	for _, m := range regexp.MustCompile(`"(tally_[a-z_]+)"`).FindAllStringSubmatch(source.String(), -1) {
+	for _, m := range regexp.MustCompile(`"(tally_[a-z_]+)"`).FindAllStringSubmatch(source, -1) {
 		exported[m[1]] = true
 	}
 	require.NotEmpty(t, exported)
@@ -73,4 +71,50 @@ func TestDashboard(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(rules.String()), 0o600))
 	out, err := exec.Command(testtool.Bin(t, "PROMTOOL_BIN", "promtool"), "check", "rules", path).CombinedOutput()
 	require.NoError(t, err, "promtool check rules on the dashboard's queries:\n%s", out)
+
+	// No two panels overlap on Grafana's 24-column grid.
+	for i, a := range d.Panels {
+		for _, b := range d.Panels[i+1:] {
+			apart := a.GridPos.X+a.GridPos.W <= b.GridPos.X || b.GridPos.X+b.GridPos.W <= a.GridPos.X ||
+				a.GridPos.Y+a.GridPos.H <= b.GridPos.Y || b.GridPos.Y+b.GridPos.H <= a.GridPos.Y
+			require.True(t, apart, "panels %q and %q overlap", a.Title, b.Title)
+		}
+		require.LessOrEqual(t, a.GridPos.X+a.GridPos.W, 24, "panel %q is wider than the grid", a.Title)
+	}
+
+	// Charges by outcome over time: a time series of the charge transition
+	// counter's increase by its "to" label, the status a charge reached,
+	// which internal/metrics really declares on that counter.
+	require.Regexp(t, `Name:\s+"tally_charge_transitions_total",[^}]*\},\s*\[\]string\{"from", "to"\}`, source,
+		"internal/metrics counts charge transitions by from and to")
+	outcomes := regexp.MustCompile(`^sum by \(to\) \((increase|rate)\(tally_charge_transitions_total(\{[^}]*\})?\[[0-9]+[smh]\]\)\)$`)
+	found := 0
+	for _, p := range d.Panels {
+		for _, target := range p.Targets {
+			if outcomes.MatchString(target.Expr) {
+				found++
+				require.Equal(t, "timeseries", p.Type, "panel %q plots charges by outcome over time", p.Title)
+				require.Equal(t, "{{to}}", target.LegendFormat, "panel %q names each series by its outcome", p.Title)
+			}
+		}
+	}
+	require.Equal(t, 1, found, "one panel plots charges by outcome (sum by (to) of the increase of tally_charge_transitions_total)")
+}
+
+// metricsSource returns the Go source of internal/metrics, where every
+// series Tally exports is declared.
+func metricsSource(t *testing.T) string {
+	t.Helper()
+	var source strings.Builder
+	files, err := filepath.Glob("../../internal/metrics/*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		source.Write(b)
+	}
+	return source.String()
 }

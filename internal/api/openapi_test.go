@@ -189,7 +189,7 @@ type route struct {
 	// security is the requirement the document must give the route, as
 	// scheme:roles: apiKey:<scope> behind auth (requireScope), apiKey:admin
 	// or riverUIBasic:admin behind requireAdminBasic, metricsToken: behind
-	// requireToken; none for an open route.
+	// MetricsHandler; none for an open route.
 	security []string
 
 	// handler is the name of the handle… function that serves the route,
@@ -260,8 +260,7 @@ func routeOf(t *testing.T, fset *token.FileSet, h ast.Expr) route {
 			r.security = []string{"apiKey:admin", "riverUIBasic:admin"}
 		case fun.Name == "requireSameOrigin":
 			r = routeOf(t, fset, call.Args[len(call.Args)-1])
-		case fun.Name == "requireToken":
-			r = routeOf(t, fset, call.Args[len(call.Args)-1])
+		case fun.Name == "MetricsHandler":
 			r.security = []string{"metricsToken:"}
 		case strings.HasPrefix(fun.Name, "handle"):
 			r.handler = strings.TrimPrefix(fun.Name, "handle")

@@ -21,7 +21,7 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 		mux.Handle("/riverui/", requireAdminBasic(logger, l, requireSameOrigin(o.riverUI)))
 	}
 	if o.metrics != nil && o.metricsToken != "" {
-		mux.Handle("GET /metrics", requireToken(o.metricsToken, o.metrics.Handler()))
+		mux.Handle("GET /metrics", MetricsHandler(o.metrics, o.metricsToken))
 	}
 
 	mux.Handle("PUT /v1/customers/{customer_id}", auth(ledger.ScopeCustomersWrite, handleCustomerPut(logger, l)))

@@ -45,6 +45,14 @@ func WithMetrics(m *metrics.Metrics, token string) Option {
 	return func(o *options) { o.metrics, o.metricsToken = m, token }
 }
 
+// MetricsHandler serves m to requests that send "Authorization: Bearer
+// <token>" (TALLY_METRICS_TOKEN, compared in constant time) and answers 401
+// to the others: GET /metrics on the API, and the metrics listener when it
+// is not bound to loopback.
+func MetricsHandler(m *metrics.Metrics, token string) http.Handler {
+	return requireToken(token, m.Handler())
+}
+
 // NewServer returns the HTTP handler of the API: every route of routes.go
 // behind request ids, access logs and panic recovery. webhookSecret is the
 // Stripe endpoint secret (whsec_…); empty refuses webhooks.

@@ -38,6 +38,7 @@ type Metrics struct {
 	stripeCalls    *prometheus.CounterVec
 	stripeDuration *prometheus.HistogramVec
 	transitions    *prometheus.CounterVec
+	roles          *prometheus.GaugeVec
 }
 
 // New returns Metrics registered on a new registry with the Go runtime and
@@ -76,11 +77,15 @@ func New() *Metrics {
 			Name: "tally_charge_transitions_total",
 			Help: "Charge status changes committed by this replica, by from and to status (from=\"none\": the charge's creation).",
 		}, []string{"from", "to"}),
+		roles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tally_replica_role",
+			Help: "1 for each role this replica runs (api, worker) once it has started: the alerts TallyAPIDown and TallyWorkersDown fire when no replica exports a role.",
+		}, []string{"role"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration, m.transitions,
+		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration, m.transitions, m.roles,
 	)
 	return m
 }
@@ -145,6 +150,14 @@ func (m *Metrics) ChargeTransition(from, to string) {
 		from = "none"
 	}
 	m.transitions.WithLabelValues(from, to).Inc()
+}
+
+// RoleStarted exports tally_replica_role{role} = 1: this replica runs role
+// ("api" or "worker") from now on.
+func (m *Metrics) RoleStarted(role string) {
+	if m != nil {
+		m.roles.WithLabelValues(role).Set(1)
+	}
 }
 
 // StripeOutcome classes a Stripe call's error for tally_stripe_requests_total.

@@ -33,5 +33,6 @@ func TestNilMetrics(t *testing.T) {
 	m.ObserveBatch(3)
 	m.ObserveStripe("customer_get", nil, 0)
 	m.ChargeTransition("", "pending")
+	m.RoleStarted("api")
 	m.Register()
 }

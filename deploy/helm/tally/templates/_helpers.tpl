@@ -20,22 +20,32 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The environment of every Tally container: secrets by reference only. */}}
+{{/* The environment of every Tally container: the database and the metrics
+listener, secrets by reference only. The metrics listener binds every pod
+interface, so the server requires the metrics token there. */}}
 {{- define "tally.env" -}}
 - name: DATABASE_URL
   valueFrom: {secretKeyRef: {name: {{ required "secrets.databaseURL.name is required" .Values.secrets.databaseURL.name }}, key: {{ .Values.secrets.databaseURL.key }}}}
-- name: STRIPE_API_KEY
-  valueFrom: {secretKeyRef: {name: {{ required "secrets.stripeAPIKey.name is required" .Values.secrets.stripeAPIKey.name }}, key: {{ .Values.secrets.stripeAPIKey.key }}}}
-- name: STRIPE_WEBHOOK_SECRET
-  valueFrom: {secretKeyRef: {name: {{ required "secrets.stripeWebhookSecret.name is required" .Values.secrets.stripeWebhookSecret.name }}, key: {{ .Values.secrets.stripeWebhookSecret.key }}}}
-{{- if .Values.secrets.metricsToken.name }}
 - name: TALLY_METRICS_TOKEN
-  valueFrom: {secretKeyRef: {name: {{ .Values.secrets.metricsToken.name }}, key: {{ .Values.secrets.metricsToken.key }}}}
-{{- end }}
+  valueFrom: {secretKeyRef: {name: {{ required "secrets.metricsToken.name is required: /metrics answers only with it off loopback" .Values.secrets.metricsToken.name }}, key: {{ .Values.secrets.metricsToken.key }}}}
 - name: TALLY_METRICS_ADDR
   value: {{ printf ":%d" (int .Values.metrics.port) | quote }}
 {{- range $name, $value := .Values.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The Stripe webhook secret: the API verifies Stripe's webhooks; workers
+never see them. */}}
+{{- define "tally.env.api" -}}
+- name: STRIPE_WEBHOOK_SECRET
+  valueFrom: {secretKeyRef: {name: {{ required "secrets.stripeWebhookSecret.name is required" .Values.secrets.stripeWebhookSecret.name }}, key: {{ .Values.secrets.stripeWebhookSecret.key }}}}
+{{- end -}}
+
+{{/* The Stripe API key: only workers call Stripe (charges, refunds,
+reconciliation); the API's actions on charges schedule their jobs. */}}
+{{- define "tally.env.worker" -}}
+- name: STRIPE_API_KEY
+  valueFrom: {secretKeyRef: {name: {{ required "secrets.stripeAPIKey.name is required" .Values.secrets.stripeAPIKey.name }}, key: {{ .Values.secrets.stripeAPIKey.key }}}}
 {{- end -}}
