@@ -6,7 +6,9 @@
 //	billingctl redrive [--customer C] [--period P] [--job ID] [--kind K] [--dry-run]
 //	                                                    retry discarded charge and webhook jobs
 //	billingctl reconcile --customer C --period P        settle one charge from Stripe now
-//	billingctl recover --reason R [--dry-run]           after a restore or a lossy failover: mark every
+//	billingctl recover --reason R [--since T] [--dry-run]
+//	                                                    after a restore or a lossy failover: adopt the
+//	                                                    charges the ledger lost and Stripe has, mark every
 //	                                                    charge that may still call Stripe for a look-up
 //	                                                    first, reconcile every unconfirmed charge, report
 //	billingctl charges list [--status S] [--customer C] [--limit N] [--after ID]
@@ -68,7 +70,7 @@ const usage = `usage:
   billingctl apikey revoke PREFIX|NAME
   billingctl redrive [--customer C] [--period P] [--job ID] [--kind charge_period|stripe_event] [--dry-run]
   billingctl reconcile --customer C --period P   (needs STRIPE_API_KEY, STRIPE_API_BASE)
-  billingctl recover --reason "restored the 03:00 backup" [--dry-run]   (needs STRIPE_API_KEY)
+  billingctl recover --reason "restored the 03:00 backup" [--since T] [--dry-run]   (needs STRIPE_API_KEY)
   billingctl charges list [--status S] [--customer C] [--limit N] [--after ID]
   billingctl charges show ID
   billingctl charges approve ID --reason R

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -93,21 +94,45 @@ func recoverAfterLoss(ctx context.Context, l *ledger.Ledger, getenv func(string)
 	fs.SetOutput(stderr)
 	reason := fs.String("reason", "", "what was lost, for the audit log (required unless --dry-run), such as \"restored the 03:00 backup\"")
 	dryRun := fs.Bool("dry-run", false, "look at Stripe and report; mark and change nothing")
+	sinceFlag := fs.String("since", "", "about when the record was lost (RFC 3339, such as 2026-12-03T03:00:00Z): Tally's PaymentIntents created since then whose charge the ledger lost are adopted; default: an hour before the oldest open period's start or the newest charge change, whichever is earlier")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *reason == "" && !*dryRun {
 		return errors.New("--reason is required: say what was lost, such as --reason \"restored the 03:00 backup\"")
 	}
+	var since time.Time
+	if *sinceFlag != "" {
+		var err error
+		if since, err = time.Parse(time.RFC3339, *sinceFlag); err != nil {
+			return fmt.Errorf("--since %q is not a time such as 2026-12-03T03:00:00Z", *sinceFlag)
+		}
+	}
 	stripe, err := stripeFromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	items, err := jobs.Recover(ctx, l, stripe, jobs.RecoverParams{Actor: cliActor(getenv), Reason: *reason, DryRun: *dryRun})
+	items, err := jobs.Recover(ctx, l, stripe, jobs.RecoverParams{Actor: cliActor(getenv), Reason: *reason, DryRun: *dryRun, Since: since})
 	counts := map[string]int{}
 	marked, failed := 0, 0
 	for _, it := range items {
 		c := it.Charge
+		if it.Lost {
+			if it.Err != nil {
+				failed++
+				fmt.Fprintf(stdout, "lost charge %s/%s: ERROR %s; on Stripe: %s\n", c.CustomerID, c.Period, oneLine(it.Err.Error()),
+					paymentIntentsSummary(it.PaymentIntents))
+				continue
+			}
+			counts[it.Action]++
+			alert := ""
+			if c.Status == ledger.ChargeHeld && c.HeldReason != nil && c.HeldDetail != nil {
+				alert = "; ALERT held: " + string(*c.HeldReason) + ": " + oneLine(*c.HeldDetail)
+			}
+			fmt.Fprintf(stdout, "lost charge %s/%s: the ledger had lost it → %s (%s); on Stripe: %s%s\n", c.CustomerID, c.Period,
+				cmp.Or(string(c.Status), "closed and created"), it.Action, paymentIntentsSummary(it.PaymentIntents), alert)
+			continue
+		}
 		mark := ""
 		if it.Marked {
 			mark = "; marked: its next call looks at Stripe first"

@@ -25,7 +25,8 @@ type Stripe interface {
 	PaymentIntentCancel(ctx context.Context, id string) (*stripe.PaymentIntent, error)
 
 	// PaymentIntentList returns every PaymentIntent of a Stripe customer
-	// created at or after since, paging through all of them.
+	// (every customer's when customer is "") created at or after since,
+	// paging through all of them.
 	PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error)
 
 	// RefundCreate refunds (in full unless params say otherwise) a

@@ -37,7 +37,7 @@ GROUP BY p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending
-	if total+carried == 0 {
+	if total+carried == 0 && !p.paidOnStripe {
 		status = ChargeSkipped
 	}
 	charge, err := scanCharge(tx.QueryRow(ctx, `

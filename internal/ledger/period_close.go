@@ -20,6 +20,10 @@ type PeriodCloseParams struct {
 	// RunChargeJobNow makes the period's charge job available at once (in the
 	// same transaction), for an explicit close before the scheduled time.
 	RunChargeJobNow bool
+
+	// paidOnStripe creates the charge pending even when its total is zero:
+	// Stripe has a PaymentIntent for it (ChargeRecoverLost).
+	paidOnStripe bool
 }
 
 // PeriodClose closes a period and returns its charge: step 1 of the money

@@ -139,7 +139,10 @@ func (s *Client) RefundCreate(ctx context.Context, params *stripe.RefundParams) 
 // PaymentIntentList implements jobs.Stripe with the list endpoint (never Search,
 // which lags), 100 per page; each page is bounded by the configured timeout.
 func (s *Client) PaymentIntentList(ctx context.Context, customer string, since time.Time) ([]*stripe.PaymentIntent, error) {
-	params := &stripe.PaymentIntentListParams{Customer: stripe.String(customer)}
+	params := &stripe.PaymentIntentListParams{}
+	if customer != "" { // "": every customer's (billingctl recover's look for lost charges)
+		params.Customer = stripe.String(customer)
+	}
 	params.Filters.AddFilter("created", "gte", fmt.Sprint(since.Unix()))
 	params.Limit = stripe.Int64(100)
 	params.Context = ctx
