@@ -53,6 +53,7 @@ export STRIPE_API_KEY="sk_test_tally_dev"
 export STRIPE_API_BASE="http://$SIM_ADDR"
 export STRIPE_WEBHOOK_SECRET="whsec_tally_dev"
 export TALLY_PERIOD="${TALLY_PERIOD:-hour}"
+export TALLY_WEBHOOKS_ALLOW_CIDRS="${TALLY_WEBHOOKS_ALLOW_CIDRS:-127.0.0.0/8,::1/128}" # webhooks (http:// too) to this host
 
 cat <<EOF
 

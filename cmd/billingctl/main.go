@@ -36,7 +36,8 @@
 // moved, or that a worker is charging right now) are printed as they are,
 // with a non-zero exit. docs/operations.md says what each held reason means.
 //
-// The database comes from DATABASE_URL.
+// The database comes from DATABASE_URL; webhooks create follows the
+// server's TALLY_WEBHOOKS_ALLOW_CIDRS.
 package main
 
 import (
@@ -53,6 +54,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/postgres"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 func main() {
@@ -86,7 +88,7 @@ const usage = `usage:
   billingctl webhooks redeliver [--notification ntf_…] [--endpoint ID] [--since T] [--until T] [--dry-run]
 scopes: usage:write, customers:write, billing:read, admin
 statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled
-database: DATABASE_URL`
+database: DATABASE_URL; webhooks create follows TALLY_WEBHOOKS_ALLOW_CIDRS`
 
 // run dispatches a command. Anything meant for a pipe (a secret) goes to
 // stdout; everything for the person goes to stderr.
@@ -100,6 +102,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if url == "" {
 		return errors.New("DATABASE_URL is required, such as postgres://user@127.0.0.1:5432/tally")
 	}
+	// Endpoints are created under the server's rule of where webhooks may
+	// go; TALLY_WEBHOOKS_ALLOW_HTTP=true (deprecated) allows loopback.
+	allow, err := webhook.ParseCIDRs(getenv(webhook.AllowVariable))
+	if err != nil {
+		return fmt.Errorf("%s: %w", webhook.AllowVariable, err)
+	}
+	if getenv("TALLY_WEBHOOKS_ALLOW_HTTP") == "true" {
+		allow = append(allow, webhook.LoopbackNetworks()...)
+	}
 	pool, err := postgres.Connect(ctx, url, "tally-billingctl", 4)
 	if err != nil {
 		return err
@@ -110,8 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger,
-		WebhooksAllowHTTP: getenv("TALLY_WEBHOOKS_ALLOW_HTTP") == "true"})
+	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}, Logger: logger, WebhooksAllow: allow})
 	if err != nil {
 		return err
 	}

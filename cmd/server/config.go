@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripeapi"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // Roles a replica can run.
@@ -76,7 +78,8 @@ type config struct {
 	StripeWebhookSecret  string
 	StripeTimeout        time.Duration
 	AllowLiveSecretKey   bool
-	WebhooksAllowHTTP    bool            // TALLY_WEBHOOKS_ALLOW_HTTP: endpoints may be http://<loopback> (development)
+	WebhooksAllow        []netip.Prefix  // TALLY_WEBHOOKS_ALLOW_CIDRS: non-public networks webhooks may go to
+	WebhooksAllowHTTP    bool            // TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) is set: loopback is allowed; warn at start
 	WebhookWorkers       int             // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
 	WebhookTimeout       time.Duration   // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
 	ThresholdInterval    time.Duration   // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
@@ -232,7 +235,17 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		return false
 	}
 	c.AllowLiveSecretKey = boolean("TALLY_ALLOW_LIVE_SECRET_KEY")
-	c.WebhooksAllowHTTP = boolean("TALLY_WEBHOOKS_ALLOW_HTTP")
+	allow, err := webhook.ParseCIDRs(get(webhook.AllowVariable, ""))
+	if err != nil {
+		bad(webhook.AllowVariable, "%v", err)
+	}
+	c.WebhooksAllow = allow
+	// TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) allowed http:// to a loopback
+	// host and deliveries to loopback: what allowing loopback's networks
+	// does now.
+	if c.WebhooksAllowHTTP = boolean("TALLY_WEBHOOKS_ALLOW_HTTP"); c.WebhooksAllowHTTP {
+		c.WebhooksAllow = append(c.WebhooksAllow, webhook.LoopbackNetworks()...)
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("TALLY_LOG_LEVEL", "info"))); err != nil {
 		bad("TALLY_LOG_LEVEL", "want debug, info, warn or error")
 	}
