@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
 )
 
 func TestWebhooks(t *testing.T) {
@@ -30,6 +32,8 @@ func TestWebhooks(t *testing.T) {
 	require.ErrorContains(t, err, "--url: must use https")
 	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/", "--events", "charge.paid")
 	require.ErrorContains(t, err, `--events: "charge.paid" is not a notification type`)
+	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/", "--events", "charge.failed,charge.failed")
+	require.ErrorContains(t, err, `--events: "charge.failed" is listed twice`)
 
 	stdout, _, err = b.billingctl(ctx, "webhooks", "list")
 	require.NoError(t, err)
@@ -106,4 +110,15 @@ func TestWebhooksCreateLimits(t *testing.T) {
 		require.ErrorContains(t, err, `TALLY_WEBHOOKS_ALLOW_CIDRS: "10.0.0.0/33" is not a network in CIDR notation`)
 	})
 
+	t.Run("EndpointsPerDeployment", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		for range ledger.WebhookEndpointsMax {
+			_, err := b.ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: "https://93.184.215.14/", Events: []string{"*"}})
+			require.NoError(t, err)
+		}
+		_, _, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/tally", "--events", "*")
+		require.ErrorContains(t, err, "webhook_endpoints: this deployment has 16 webhook endpoints, the most it may have")
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tally-billing/tally/internal/webhook"
 )
@@ -59,6 +60,16 @@ type WebhookEndpointCreateParams struct {
 // webhookDescriptionMax bounds an endpoint's description.
 const webhookDescriptionMax = 500
 
+// WebhookEndpointsMax is how many endpoints (not deleted; a disabled one
+// counts) a deployment may have. Every notification is written once per
+// endpoint in the transaction of the change it reports, a charge's
+// included, so the number is kept small. A trigger holds it under
+// concurrent creations (migration 00021).
+const WebhookEndpointsMax = 16
+
+// webhookEndpointsMaxConstraint names the trigger's refusal of one more.
+const webhookEndpointsMaxConstraint = "webhook_endpoints_max"
+
 // webhookLookupTimeout bounds the resolution of an endpoint's host at its
 // creation.
 const webhookLookupTimeout = 5 * time.Second
@@ -90,15 +101,23 @@ func (l *Ledger) webhookEndpointValidate(ctx context.Context, p *WebhookEndpoint
 }
 
 // webhookEventsProblem says what is wrong with events as an endpoint's
-// list of notification types, or "": at least one, each a type or
-// NotifyAll.
+// list of notification types, or "": at least one, each a type listed
+// once, or NotifyAll alone.
 func webhookEventsProblem(events []string) string {
 	if len(events) == 0 {
 		return `is required: a list of notification types, or ["*"] for all`
 	}
-	for _, e := range events {
-		if e != NotifyAll && !slices.Contains(NotificationTypes, e) {
+	if len(events) > len(NotificationTypes) {
+		return fmt.Sprintf(`lists %d types; there are %d, each listed at most once (or ["*"] for all)`, len(events), len(NotificationTypes))
+	}
+	for i, e := range events {
+		switch {
+		case e == NotifyAll && len(events) > 1:
+			return `"*" subscribes to every type: send ["*"] alone`
+		case e != NotifyAll && !slices.Contains(NotificationTypes, e):
 			return fmt.Sprintf("%q is not a notification type; one of %s, or \"*\"", e, strings.Join(NotificationTypes, ", "))
+		case slices.Contains(events[:i], e):
+			return fmt.Sprintf("%q is listed twice; list each type once", e)
 		}
 	}
 	return ""
@@ -175,7 +194,8 @@ func scanWebhookEndpoint(row pgx.Row, extra ...any) (*WebhookEndpoint, error) {
 
 // WebhookEndpointCreate registers an endpoint and returns it with its
 // signing secret, which only this answer and a rotation show. It returns a
-// *ValidationError naming the field (url, events, description).
+// *ValidationError naming the field (url, events, description), or
+// webhook_endpoints when the deployment has WebhookEndpointsMax already.
 func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCreateParams) (*WebhookEndpoint, error) {
 	if err := l.webhookEndpointValidate(ctx, &p); err != nil {
 		return nil, err
@@ -188,6 +208,11 @@ func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCre
 INSERT INTO billing.webhook_endpoints AS e (url, events, description, secret, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $5)
 RETURNING `+webhookEndpointColumns, p.URL, p.Events, p.Description, secret, l.now()))
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.ConstraintName == webhookEndpointsMaxConstraint {
+		return nil, &ValidationError{Fields: map[string]string{"webhook_endpoints": fmt.Sprintf(
+			"this deployment has %d webhook endpoints, the most it may have (each notification is written once per endpoint); "+
+				"delete one it no longer needs first", WebhookEndpointsMax)}}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("error creating webhook endpoint: %w", err)
 	}

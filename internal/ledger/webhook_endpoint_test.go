@@ -2,9 +2,12 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -39,6 +42,85 @@ func TestWebhookEndpointCreate(t *testing.T) {
 		requireRefused(t, err, "url", "192.168.1.1 is not a public address")
 		_, err = b.createEndpoint(ctx, "http://10.1.2.3/h")
 		requireRefused(t, err, "url", "must use https")
+	})
+
+	t.Run("ConcurrentCreatesHoldTheLimit", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		for range ledger.WebhookEndpointsMax - 1 {
+			_, err := b.createEndpoint(ctx, "https://example.com/h")
+			require.NoError(t, err)
+		}
+		// Another creation makes the 16th and has not committed yet: a
+		// count now would still find 15.
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `INSERT INTO billing.webhook_endpoints (url, events, secret, created_at, updated_at)
+VALUES ('https://example.com/other', '{*}', 'whsec_x', now(), now())`)
+		require.NoError(t, err)
+
+		created := make(chan error, 1)
+		go func() {
+			_, err := b.createEndpoint(ctx, "https://example.com/late")
+			created <- err
+		}()
+		require.Eventually(t, func() bool { // the ledger's creation waits for the other's lock (or ends, wrongly)
+			return len(created) == 1 || b.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 1
+		}, 10*time.Second, 10*time.Millisecond)
+		require.NoError(t, tx.Commit(ctx))
+		requireRefused(t, <-created, "webhook_endpoints", fmt.Sprintf("has %d webhook endpoints, the most it may have", ledger.WebhookEndpointsMax))
+		require.Equal(t, int64(ledger.WebhookEndpointsMax), b.Count(t, `SELECT count(*) FROM billing.webhook_endpoints`))
+	})
+
+	t.Run("EventsBounded", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		for _, tc := range []struct {
+			events []string
+			want   string
+		}{
+			{[]string{"charge.failed", "period.closed", "charge.failed"}, `"charge.failed" is listed twice; list each type once`},
+			{[]string{"*", "charge.failed"}, `"*" subscribes to every type: send ["*"] alone`},
+			{[]string{"*", "*"}, `"*" subscribes to every type: send ["*"] alone`},
+			{append(append([]string{}, ledger.NotificationTypes...), "charge.failed"),
+				fmt.Sprintf("lists %d types; there are %d", len(ledger.NotificationTypes)+1, len(ledger.NotificationTypes))},
+		} {
+			_, err := b.Ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: "https://example.com/h", Events: tc.events})
+			requireRefused(t, err, "events", tc.want)
+		}
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.webhook_endpoints`))
+		e, err := b.Ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: "https://example.com/h", Events: ledger.NotificationTypes})
+		require.NoError(t, err)
+		require.Equal(t, ledger.NotificationTypes, e.Events)
+	})
+
+	t.Run("LimitPerDeployment", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		var first *ledger.WebhookEndpoint
+		for i := range ledger.WebhookEndpointsMax {
+			e, err := b.createEndpoint(ctx, fmt.Sprintf("https://example.com/%d", i))
+			require.NoError(t, err)
+			if i == 0 {
+				first = e
+			}
+		}
+		// A disabled endpoint counts: notifications are written for it.
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.webhook_endpoints SET disabled_at = now(), disabled_reason = 'failing' WHERE id = $1`, first.ID)
+		require.NoError(t, err)
+		_, err = b.createEndpoint(ctx, "https://example.com/17")
+		requireRefused(t, err, "webhook_endpoints", "this deployment has 16 webhook endpoints, the most it may have")
+
+		// A deleted one does not, and coming back is a creation.
+		require.NoError(t, b.Ledger.WebhookEndpointDelete(ctx, first.ID))
+		_, err = b.createEndpoint(ctx, "https://example.com/17")
+		require.NoError(t, err)
+		_, err = b.Pool.Exec(ctx, `UPDATE billing.webhook_endpoints SET deleted_at = NULL WHERE id = $1`, first.ID)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "webhook_endpoints_max", pgErr.ConstraintName)
 	})
 
 	t.Run("NonPublicAddressRefused", func(t *testing.T) {
