@@ -66,6 +66,7 @@ export STRIPE_WEBHOOK_SECRET
 export STRIPESIM_WEBHOOK_SECRET="$STRIPE_WEBHOOK_SECRET"
 export STRIPESIM_WEBHOOK_URL="http://$HTTP_ADDR/v1/stripe/webhooks"
 export TALLY_PERIOD="${TALLY_PERIOD:-hour}"
+export TALLY_WEBHOOKS_ALLOW_CIDRS="${TALLY_WEBHOOKS_ALLOW_CIDRS:-127.0.0.0/8,::1/128}" # webhooks (http:// too) to this host
 if [[ $METRICS_ADDR == off ]]; then metrics_shown="off"; else metrics_shown="http://$METRICS_ADDR/metrics"; fi
 
 cat <<EOF

@@ -38,7 +38,8 @@
 // moved, or that a worker is charging right now) are printed as they are,
 // with a non-zero exit. docs/operations.md says what each held reason means.
 //
-// The database comes from DATABASE_URL.
+// The database comes from DATABASE_URL; webhooks create follows the
+// server's TALLY_WEBHOOKS_ALLOW_CIDRS.
 package main
 
 import (
@@ -89,8 +90,9 @@ const usage = `usage:
 scopes: usage:write, customers:write, billing:read, admin
 statuses: pending, processing, unknown, held, succeeded, failed, skipped, canceled, carried_forward, past_due, uncollectible
 database: DATABASE_URL
-settings: the server's TALLY_* settings (TALLY_DUNNING_SCHEDULE, TALLY_NAMESPACE, TALLY_PERIOD, …): give billingctl the
-          server's environment, so a charge it settles moves exactly as the server would move it`
+settings: the server's TALLY_* settings (TALLY_DUNNING_SCHEDULE, TALLY_NAMESPACE, TALLY_PERIOD, TALLY_WEBHOOKS_ALLOW_CIDRS,
+          …): give billingctl the server's environment, so a charge it settles moves exactly as the server would
+          move it, and webhooks create follows the server's rule of where webhooks may go`
 
 // run dispatches a command. Anything meant for a pipe (a secret) goes to
 // stdout; everything for the person goes to stderr.
@@ -115,7 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	// The server's settings: a charge billingctl settles (reconcile,
-	// recover) moves exactly as the server would move it.
+	// recover) moves exactly as the server would move it, and endpoints are
+	// created under the server's rule of where webhooks may go.
 	lc, err := ledger.ConfigFromEnv(getenv)
 	if err != nil {
 		return fmt.Errorf("invalid configuration (billingctl reads the server's TALLY_* settings):\n%w", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/ledger"
 )
 
 func TestWebhooks(t *testing.T) {
@@ -19,20 +21,23 @@ func TestWebhooks(t *testing.T) {
 		return n
 	}
 
-	// Create prints the secret alone on stdout.
-	stdout, stderr, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://example.com/tally", "--events", "charge.failed, period.closed")
+	// Create prints the secret alone on stdout. (The hosts are addresses:
+	// a name would be looked up in the DNS.)
+	stdout, stderr, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/tally", "--events", "charge.failed, period.closed")
 	require.NoError(t, err, stderr)
 	require.Regexp(t, `^whsec_[A-Za-z0-9_-]{43}\n$`, stdout)
 	secret := strings.TrimSpace(stdout)
 	require.Contains(t, stderr, "created")
-	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "http://example.com/", "--events", "*")
+	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "http://93.184.215.14/", "--events", "*")
 	require.ErrorContains(t, err, "--url: must use https")
-	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "https://example.com/", "--events", "charge.paid")
+	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/", "--events", "charge.paid")
 	require.ErrorContains(t, err, `--events: "charge.paid" is not a notification type`)
+	_, _, err = b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/", "--events", "charge.failed,charge.failed")
+	require.ErrorContains(t, err, `--events: "charge.failed" is listed twice`)
 
 	stdout, _, err = b.billingctl(ctx, "webhooks", "list")
 	require.NoError(t, err)
-	require.Contains(t, stdout, "https://example.com/tally")
+	require.Contains(t, stdout, "https://93.184.215.14/tally")
 	require.Contains(t, stdout, "charge.failed,period.closed")
 	require.NotContains(t, stdout, secret)
 	id := strconv.FormatInt(count(`SELECT id FROM billing.webhook_endpoints`), 10)
@@ -76,4 +81,44 @@ SELECT 'ntf_1', id, 'failed', 72, now(), now() FROM billing.webhook_endpoints`)
 	_, _, err = b.billingctl(ctx, "webhooks", "delete", id)
 	require.ErrorContains(t, err, "not found")
 	require.Equal(t, int64(1), count(`SELECT count(*) FROM billing.webhook_deliveries WHERE status = 'canceled'`))
+}
+
+func TestWebhooksCreateLimits(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AllowedNetworks", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		_, _, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://10.1.2.3/tally", "--events", "*")
+		require.ErrorContains(t, err, "--url: 10.1.2.3 is not a public address: it is in 10.0.0.0/8, a private network (RFC 1918)")
+
+		env := b.env
+		allow := func(cidrs string) {
+			b.env = func(k string) string {
+				if k == "TALLY_WEBHOOKS_ALLOW_CIDRS" {
+					return cidrs
+				}
+				return env(k)
+			}
+		}
+		allow("10.0.0.0/8")
+		_, stderr, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://10.1.2.3/tally", "--events", "*")
+		require.NoError(t, err, stderr)
+		allow("10.0.0.0/33")
+		_, _, err = b.billingctl(ctx, "webhooks", "list")
+		require.ErrorContains(t, err, `TALLY_WEBHOOKS_ALLOW_CIDRS: "10.0.0.0/33" is not a network in CIDR notation`)
+	})
+
+	t.Run("EndpointsPerDeployment", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		for range ledger.WebhookEndpointsMax {
+			_, err := b.ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: "https://93.184.215.14/", Events: []string{"*"}})
+			require.NoError(t, err)
+		}
+		_, _, err := b.billingctl(ctx, "webhooks", "create", "--url", "https://93.184.215.14/tally", "--events", "*")
+		require.ErrorContains(t, err, "webhook_endpoints: this deployment has 16 webhook endpoints, the most it may have")
+	})
 }

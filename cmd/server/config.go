@@ -69,6 +69,7 @@ type config struct {
 	StripeWebhookSecret  string
 	StripeTimeout        time.Duration
 	AllowLiveSecretKey   bool
+	WebhooksAllowHTTP    bool          // TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) is set: loopback is allowed; warn at start
 	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
 	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
 	ThresholdInterval    time.Duration // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
@@ -162,6 +163,9 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		bad("TALLY_ROLES", "names no role: want api, worker or api,worker")
 	}
 	c.AllowLiveSecretKey = boolean("TALLY_ALLOW_LIVE_SECRET_KEY")
+	// TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) allows loopback's networks
+	// (ledger.ConfigFromEnv): warned at start.
+	c.WebhooksAllowHTTP = boolean("TALLY_WEBHOOKS_ALLOW_HTTP")
 	if err := c.LogLevel.UnmarshalText([]byte(get("TALLY_LOG_LEVEL", "info"))); err != nil {
 		bad("TALLY_LOG_LEVEL", "want debug, info, warn or error")
 	}

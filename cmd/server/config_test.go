@@ -2,12 +2,14 @@ package main
 
 import (
 	"log/slog"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // testEnv returns a getenv over a valid base environment with overrides; an
@@ -68,6 +70,9 @@ func TestLoadConfig(t *testing.T) {
 			{"TALLY_DUNNING_SCHEDULE", map[string]string{"TALLY_DUNNING_SCHEDULE": "7d,3d"}},
 			{"TALLY_DUNNING_SCHEDULE", map[string]string{"TALLY_DUNNING_SCHEDULE": "weekly"}},
 			{"TALLY_DUNNING_INTERVAL", map[string]string{"TALLY_DUNNING_INTERVAL": "0s"}},
+			{"TALLY_WEBHOOKS_ALLOW_CIDRS", map[string]string{"TALLY_WEBHOOKS_ALLOW_CIDRS": "10.0.0.0/8,intranet"}},
+			{"TALLY_WEBHOOKS_ALLOW_CIDRS", map[string]string{"TALLY_WEBHOOKS_ALLOW_CIDRS": "10.0.0.1"}},
+			{"TALLY_WEBHOOKS_ALLOW_HTTP", map[string]string{"TALLY_WEBHOOKS_ALLOW_HTTP": "sometimes"}},
 		}
 		for _, tc := range cases {
 			c, err := loadConfig(testEnv(tc.env))
@@ -118,6 +123,8 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, int32(8), c.APIDBMaxConns)
 		require.Equal(t, int32(10), c.WorkerDBMaxConns)
 		require.False(t, c.DBMaxConnsDeprecated)
+		require.Empty(t, c.WebhooksAllow, "public addresses only")
+		require.False(t, c.WebhooksAllowHTTP)
 	})
 
 	t.Run("EveryProblemAtOnce", func(t *testing.T) {
@@ -240,5 +247,21 @@ func TestLoadConfig(t *testing.T) {
 
 		_, err = loadConfig(testEnv(map[string]string{"TALLY_ROLES": "worker", "STRIPE_API_KEY": ""}))
 		require.ErrorContains(t, err, "STRIPE_API_KEY:")
+	})
+
+	t.Run("WebhooksAllowCIDRs", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadConfig(testEnv(map[string]string{"TALLY_WEBHOOKS_ALLOW_CIDRS": " 10.20.0.0/16, fd12::/16 "}))
+		require.NoError(t, err)
+		require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd12::/16")}, c.WebhooksAllow)
+
+		_, err = loadConfig(testEnv(map[string]string{"TALLY_WEBHOOKS_ALLOW_CIDRS": "10.0.0.0/8, 192.168.1.1/16"}))
+		require.ErrorContains(t, err, `TALLY_WEBHOOKS_ALLOW_CIDRS: "192.168.1.1/16" has bits set past its /16; the network is 192.168.0.0/16`)
+
+		// The deprecated TALLY_WEBHOOKS_ALLOW_HTTP=true allows loopback.
+		c, err = loadConfig(testEnv(map[string]string{"TALLY_WEBHOOKS_ALLOW_CIDRS": "10.20.0.0/16", "TALLY_WEBHOOKS_ALLOW_HTTP": "true"}))
+		require.NoError(t, err)
+		require.Equal(t, append([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, webhook.LoopbackNetworks()...), c.WebhooksAllow)
+		require.True(t, c.WebhooksAllowHTTP)
 	})
 }

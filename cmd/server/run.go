@@ -49,6 +49,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			slog.Int("api_db_max_conns", int(cfg.APIDBMaxConns)), slog.Int("worker_db_max_conns", int(cfg.WorkerDBMaxConns)))
 	}
 
+	if cfg.WebhooksAllowHTTP {
+		logger.WarnContext(ctx, "TALLY_WEBHOOKS_ALLOW_HTTP is deprecated: it allows webhooks to loopback addresses, plain http to a loopback host included; "+
+			"set TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8,::1/128 instead")
+	}
+
 	m := metrics.New()
 	if cfg.MetricsAddr != "off" {
 		h := m.Handler()
@@ -106,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			StripeEventRetention:   cfg.StripeEventRetention,
 			DeliveryWorkers:        cfg.WebhookWorkers,
 			DeliveryTimeout:        cfg.WebhookTimeout,
-			DeliverToLoopback:      cfg.WebhooksAllowHTTP,
+			DeliveryAllow:          cfg.WebhooksAllow,
 			UsageThresholdInterval: cfg.ThresholdInterval,
 			DunningInterval:        cfg.DunningInterval,
 		})

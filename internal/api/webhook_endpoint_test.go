@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 type webhookEndpointBody struct {
@@ -62,14 +63,29 @@ func TestWebhookEndpoints(t *testing.T) {
 		p := requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"http://example.com/h","events":["*"]}`), "url")
 		require.Contains(t, p.Errors["url"], "must use https")
 		requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"https://example.com/h","events":[]}`), "events")
+		p = requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"https://example.com/h","events":["period.closed","period.closed"]}`), "events")
+		require.Equal(t, `"period.closed" is listed twice; list each type once`, p.Errors["events"])
+		p = requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"https://[fd00:ec2::254]/h","events":["*"]}`), "url")
+		require.Contains(t, p.Errors["url"], "fd00:ec2::254 is not a public address: it is in fc00::/7, unique local")
 		requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints/x/rotate-secret", `{}`), "id")
 		requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints/1/rotate-secret", `{"grace_period_seconds":-1}`), "grace_period_seconds")
 		require.Zero(t, b.Count(t, "SELECT count(*) FROM billing.webhook_endpoints"))
 	})
 
+	t.Run("LimitPerDeployment", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, setupOpts{})
+		for range ledger.WebhookEndpointsMax {
+			rec := b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"https://example.com/h","events":["*"]}`)
+			require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+		}
+		p := requireInvalid(t, b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"https://example.com/h","events":["*"]}`), "webhook_endpoints")
+		require.Contains(t, p.Errors["webhook_endpoints"], "has 16 webhook endpoints, the most it may have")
+	})
+
 	t.Run("LoopbackHTTPWhenAllowed", func(t *testing.T) {
 		t.Parallel()
-		_, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllowHTTP: true}})
+		_, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}})
 		rec := b.do(http.MethodPost, "/v1/webhook-endpoints", `{"url":"http://127.0.0.1:9000/h","events":["*"]}`)
 		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 	})

@@ -63,7 +63,7 @@ func startReceiver(ctx context.Context, seed int64, binDir, dbURL string) (*rece
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()
 	out, err := proc.RunTool(ctx, filepath.Join(binDir, "billingctl"),
-		[]string{"DATABASE_URL=" + dbURL, "TALLY_WEBHOOKS_ALLOW_HTTP=true"},
+		[]string{"DATABASE_URL=" + dbURL, "TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8"},
 		"webhooks", "create", "--url", r.url, "--events", "*", "--description", "chaos receiver")
 	if err != nil {
 		r.close()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/schema"
 	"github.com/tally-billing/tally/internal/stripeapi"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // NewInsertClient returns a River client that inserts jobs but works none,
@@ -110,9 +112,11 @@ type WorkerConfig struct {
 	// DeliveryTimeoutDefault.
 	DeliveryTimeout time.Duration
 
-	// DeliverToLoopback lets deliveries connect to loopback addresses
-	// (TALLY_WEBHOOKS_ALLOW_HTTP, development and tests).
-	DeliverToLoopback bool
+	// DeliveryAllow are the non-public networks deliveries may connect to
+	// (TALLY_WEBHOOKS_ALLOW_CIDRS); every other non-public address is
+	// refused, checked on the address dialled (webhook.AddressPolicy).
+	// Empty: public addresses only.
+	DeliveryAllow []netip.Prefix
 
 	// crashHook is passed to the charge worker (tests only).
 	crashHook func(point string) error
@@ -168,7 +172,8 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	})
 	river.AddWorker(workers, &UsageThresholdScanWorker{ledger: config.Ledger, logger: config.Logger})
 	river.AddWorker(workers, &DunningScanWorker{ledger: config.Ledger, logger: config.Logger})
-	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout, config.DeliverToLoopback))
+	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout,
+		newDeliveryDialer(webhook.AddressPolicy{Allow: config.DeliveryAllow}, config.DeliveryTimeout)))
 	river.AddWorker(workers, &SweepWorker{
 		ledger: config.Ledger, logger: config.Logger, after: config.SweepAfter,
 		stuckAttempts: config.StripeEventStuckAttempts, stuckAfter: config.StripeEventStuckAfter,

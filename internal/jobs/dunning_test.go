@@ -12,6 +12,7 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripesim"
 	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // dunningSchedule is the tests' schedule: retries 1 h and 2 h after the first
@@ -63,7 +64,7 @@ func pastDue(retries int) func(c *ledger.Charge) bool {
 
 func TestDunning(t *testing.T) {
 	t.Parallel()
-	opts := setupOpts{ledger: ledger.Config{DunningSchedule: dunningSchedule, WebhooksAllowHTTP: true}}
+	opts := setupOpts{ledger: ledger.Config{DunningSchedule: dunningSchedule, WebhooksAllow: webhook.LoopbackNetworks()}}
 
 	t.Run("DeclinedOnceThenPaid", func(t *testing.T) {
 		t.Parallel()

@@ -19,6 +19,7 @@ import (
 	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // testBundle is what a jobs test needs: a ledger on a fresh database, the
@@ -88,7 +89,7 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	config := jobs.WorkerConfig{
 		Ledger: b.Ledger, Stripe: b.stripe, StripeTimeout: b.stripeTimeout, Concurrency: 10,
 		Logger: b.Logger, RetryPolicy: fastRetry{},
-		DeliverToLoopback:      true, // the tests' webhook receivers listen on 127.0.0.1
+		DeliveryAllow:          webhook.LoopbackNetworks(), // the tests' webhook receivers listen on 127.0.0.1
 		UsageThresholdInterval: b.thresholdInterval,
 		DunningInterval:        b.dunningInterval,
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"syscall"
 	"time"
@@ -65,8 +66,8 @@ type WebhookDeliveryWorker struct {
 	now    func() time.Time
 }
 
-func newWebhookDeliveryWorker(l *ledger.Ledger, logger *slog.Logger, timeout time.Duration, allowLoopback bool) *WebhookDeliveryWorker {
-	return &WebhookDeliveryWorker{ledger: l, logger: logger, now: time.Now, client: deliveryClient(timeout, allowLoopback)}
+func newWebhookDeliveryWorker(l *ledger.Ledger, logger *slog.Logger, timeout time.Duration, dialer *deliveryDialer) *WebhookDeliveryWorker {
+	return &WebhookDeliveryWorker{ledger: l, logger: logger, now: time.Now, client: deliveryClient(timeout, dialer)}
 }
 
 // Work makes one attempt of the delivery.
@@ -152,27 +153,13 @@ func textExcerpt(b []byte) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(string(b), ""), "\x00", "")
 }
 
-// errForbiddenAddress is a delivery refused by the address it would reach.
-var errForbiddenAddress = errors.New("refusing to deliver to a link-local, metadata, unspecified or multicast address")
-
 // deliveryClient is the HTTP client of deliveries: bounded by timeout,
-// following no redirects, and never connecting to a link-local address
-// (169.254.0.0/16 holds cloud metadata services), an unspecified or
-// multicast one, or a loopback one unless allowLoopback (development). The
-// check is on the address actually dialled, so DNS cannot steer round it.
-func deliveryClient(timeout time.Duration, allowLoopback bool) *http.Client {
-	dialer := &net.Dialer{Timeout: timeout, Control: func(_, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		ip := net.ParseIP(host)
-		if ip == nil || deliveryAddressForbidden(ip, allowLoopback) {
-			return fmt.Errorf("%w: %s", errForbiddenAddress, host)
-		}
-		return nil
-	}}
+// following no redirects, using no proxy (from the environment or else:
+// the address a delivery connects to is the receiver's own), and
+// connecting through dialer, so only to the addresses its policy allows.
+func deliveryClient(timeout time.Duration, dialer *deliveryDialer) *http.Client {
 	transport := &http.Transport{
+		Proxy:                 nil,
 		DialContext:           dialer.DialContext,
 		TLSHandshakeTimeout:   timeout,
 		ResponseHeaderTimeout: timeout,
@@ -188,15 +175,80 @@ func deliveryClient(timeout time.Duration, allowLoopback bool) *http.Client {
 	}
 }
 
-// deliveryAddressForbidden says whether a delivery may not connect to ip.
-func deliveryAddressForbidden(ip net.IP, allowLoopback bool) bool {
-	metadataV6 := net.ParseIP("fd00:ec2::254")
-	switch {
-	case ip.IsLoopback():
-		return !allowLoopback
-	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast(),
-		ip.IsMulticast(), ip.IsUnspecified(), ip.Equal(metadataV6):
-		return true
+// deliveryDialer connects a delivery to its endpoint's host: it resolves
+// the host itself, at each connection, and dials only the addresses policy
+// allows (webhook.AddressPolicy: public ones, and the networks of
+// TALLY_WEBHOOKS_ALLOW_CIDRS), each by its address. So a host that
+// resolved to a public address when its endpoint was created and resolves
+// to a private one now (DNS rebinding) is refused as it is dialled.
+type deliveryDialer struct {
+	policy   webhook.AddressPolicy
+	resolver webhook.Resolver
+
+	// dial connects to an address policy allowed: a net.Dialer whose
+	// Control checks the policy again on the socket's address
+	// (newDeliveryDialer), or a test's recorder.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// newDeliveryDialer returns the dialer of deliveries under policy, resolving
+// with net.DefaultResolver, each connection bounded by timeout.
+func newDeliveryDialer(policy webhook.AddressPolicy, timeout time.Duration) *deliveryDialer {
+	dialer := &net.Dialer{Timeout: timeout, Control: func(_, address string, _ syscall.RawConn) error {
+		return deliveryAddressCheck(policy, address)
+	}}
+	return &deliveryDialer{policy: policy, resolver: net.DefaultResolver, dial: dialer.DialContext}
+}
+
+// DialContext connects to address (host:port) as http.Transport asks: to
+// the first of the host's addresses that policy allows and that answers.
+// The error of an address refused says which rule refused it, and is what
+// the attempt log shows.
+func (d *deliveryDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
 	}
-	return false
+	addrs, err := webhook.LookupHost(ctx, d.resolver, host)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, addr := range addrs {
+		addr = addr.Unmap() // a resolver may answer an IPv4 address as IPv4-mapped IPv6
+		if err := d.policy.Check(addr); err != nil {
+			to := ""
+			if host != addr.String() {
+				to = " to " + host
+			}
+			errs = append(errs, fmt.Errorf("refusing to deliver%s: %w", to, err))
+			continue
+		}
+		conn, err := d.dial(ctx, network, net.JoinHostPort(addr.String(), port))
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("%s has no address", host)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// deliveryAddressCheck says why policy refuses address (ip:port), the one
+// a socket is about to connect to, or nil.
+func deliveryAddressCheck(policy webhook.AddressPolicy, address string) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("refusing to deliver to %q: not an IP address", host)
+	}
+	if err := policy.Check(addr); err != nil {
+		return fmt.Errorf("refusing to deliver: %w", err)
+	}
+	return nil
 }

@@ -4,13 +4,15 @@ import (
 	"strconv"
 
 	"github.com/tally-billing/tally/internal/envconf"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // ConfigFromEnv reads the settings that decide how charges are made and
 // settled from the environment (getenv), with the server's defaults:
 // TALLY_PERIOD, TALLY_CLOSE_GRACE, TALLY_STRIPE_KEY_WINDOW,
 // TALLY_PERIOD_BUDGET_CENTS, TALLY_ANOMALY_FACTOR, TALLY_NAMESPACE,
-// TALLY_DUNNING_SCHEDULE and TALLY_WEBHOOKS_ALLOW_HTTP. Every process that
+// TALLY_DUNNING_SCHEDULE, TALLY_WEBHOOKS_ALLOW_CIDRS (and the deprecated
+// TALLY_WEBHOOKS_ALLOW_HTTP). Every process that
 // settles a charge (the server, billingctl) builds its ledger from it, so a
 // decline that billingctl reconcile finds becomes past_due exactly as it
 // would in the server. An empty variable means its default. It returns every
@@ -24,7 +26,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PeriodBudgetCents: env.Int("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62),
 		Namespace:         env.String("TALLY_NAMESPACE", NamespaceDefault),
 		AnomalyFactor:     AnomalyFactorDefault,
-		WebhooksAllowHTTP: env.Bool("TALLY_WEBHOOKS_ALLOW_HTTP"),
+	}
+	allow, err := webhook.ParseCIDRs(env.String(webhook.AllowVariable, ""))
+	if err != nil {
+		env.Bad(webhook.AllowVariable, "%v", err)
+	}
+	c.WebhooksAllow = allow
+	// TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) allowed http:// to a loopback
+	// host and deliveries to loopback: what allowing loopback's networks
+	// does now.
+	if env.Bool("TALLY_WEBHOOKS_ALLOW_HTTP") {
+		c.WebhooksAllow = append(c.WebhooksAllow, webhook.LoopbackNetworks()...)
 	}
 	cadence, err := ParseCadence(env.String("TALLY_PERIOD", string(CadenceDefault)))
 	if err != nil {

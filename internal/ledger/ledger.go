@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"regexp"
 	"time"
 	"unicode"
@@ -14,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // CloseGraceDefault is how long after a period's end late events are still
@@ -118,9 +122,17 @@ type Config struct {
 	// without reading Postgres again. Default APIKeyCacheTTLDefault.
 	APIKeyCacheTTL time.Duration
 
-	// WebhooksAllowHTTP lets webhook endpoints use plain http to a
-	// loopback host (TALLY_WEBHOOKS_ALLOW_HTTP, for development).
-	WebhooksAllowHTTP bool
+	// WebhooksAllow are the non-public networks webhook endpoints may point
+	// to (TALLY_WEBHOOKS_ALLOW_CIDRS); an endpoint naming any other
+	// non-public address is refused (webhook.AddressPolicy). Plain http is
+	// accepted only to a loopback host allowed here (development). Empty:
+	// public addresses only, https only.
+	WebhooksAllow []netip.Prefix
+
+	// WebhooksResolver resolves the host of an endpoint being created, to
+	// refuse one that points to an address WebhooksAllow does not allow.
+	// Default net.DefaultResolver.
+	WebhooksResolver webhook.Resolver
 
 	// DunningSchedule is when a charge declined for a reason a later try can
 	// fix is retried: offsets from its first decline (ParseDunningSchedule).
@@ -165,6 +177,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.WebhooksResolver == nil {
+		c.WebhooksResolver = net.DefaultResolver
 	}
 	return c
 }

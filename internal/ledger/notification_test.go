@@ -3,12 +3,14 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // subscribe registers an endpoint for events and returns its id.
@@ -216,24 +218,25 @@ func TestWebhookEndpoint(t *testing.T) {
 	t.Run("Validation", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
-			allowHTTP bool
-			url       string
-			events    []string
-			field     string
+			allow  []netip.Prefix
+			url    string
+			events []string
+			field  string
 		}{
-			{false, "http://127.0.0.1:8080/h", []string{"*"}, "url"},
-			{true, "http://10.0.0.1/h", []string{"*"}, "url"},
-			{false, "https://user:pw@example.com/h", []string{"*"}, "url"},
-			{false, "example.com/h", []string{"*"}, "url"},
-			{false, "", []string{"*"}, "url"},
-			{false, "https://example.com/h", nil, "events"},
-			{false, "https://example.com/h", []string{"charge.paid"}, "events"},
+			{nil, "http://127.0.0.1:8080/h", []string{"*"}, "url"},
+			{webhook.LoopbackNetworks(), "http://10.0.0.1/h", []string{"*"}, "url"},
+			{nil, "https://user:pw@example.com/h", []string{"*"}, "url"},
+			{nil, "example.com/h", []string{"*"}, "url"},
+			{nil, "https://:443/h", []string{"*"}, "url"},
+			{nil, "", []string{"*"}, "url"},
+			{nil, "https://example.com/h", nil, "events"},
+			{nil, "https://example.com/h", []string{"charge.paid"}, "events"},
 		} {
-			ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllowHTTP: tc.allowHTTP}})
+			ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: tc.allow}})
 			_, err := b.Ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: tc.url, Events: tc.events})
 			requireInvalid(t, err, tc.field)
 		}
-		ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllowHTTP: true}})
+		ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}})
 		_, err := b.Ledger.WebhookEndpointCreate(ctx, ledger.WebhookEndpointCreateParams{URL: "http://localhost:9/h", Events: []string{"period.closed"}})
 		require.NoError(t, err)
 	})

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tally-billing/tally/internal/webhook"
 )
@@ -59,18 +60,30 @@ type WebhookEndpointCreateParams struct {
 // webhookDescriptionMax bounds an endpoint's description.
 const webhookDescriptionMax = 500
 
-func (p *WebhookEndpointCreateParams) validate(allowHTTP bool) error {
+// WebhookEndpointsMax is how many endpoints (not deleted; a disabled one
+// counts) a deployment may have. Every notification is written once per
+// endpoint in the transaction of the change it reports, a charge's
+// included, so the number is kept small. A trigger holds it under
+// concurrent creations (migration 00021).
+const WebhookEndpointsMax = 16
+
+// webhookEndpointsMaxConstraint names the trigger's refusal of one more.
+const webhookEndpointsMaxConstraint = "webhook_endpoints_max"
+
+// webhookLookupTimeout bounds the resolution of an endpoint's host at its
+// creation.
+const webhookLookupTimeout = 5 * time.Second
+
+// webhookEndpointValidate checks p: its URL (webhookURLProblem, then where
+// its host points, webhookHostProblem), its events and its description.
+func (l *Ledger) webhookEndpointValidate(ctx context.Context, p *WebhookEndpointCreateParams) error {
 	fe := fieldErrors{}
-	if why := webhookURLProblem(p.URL, allowHTTP); why != "" {
+	policy := webhook.AddressPolicy{Allow: l.config.WebhooksAllow}
+	if why := webhookURLProblem(p.URL, policy); why != "" {
 		fe.add("url", "%s", why)
 	}
-	if len(p.Events) == 0 {
-		fe.add("events", "is required: a list of notification types, or [\"*\"] for all")
-	}
-	for _, e := range p.Events {
-		if e != NotifyAll && !slices.Contains(NotificationTypes, e) {
-			fe.add("events", "%q is not a notification type; one of %s, or \"*\"", e, strings.Join(NotificationTypes, ", "))
-		}
+	if why := webhookEventsProblem(p.Events); why != "" {
+		fe.add("events", "%s", why)
 	}
 	switch {
 	case len(p.Description) > webhookDescriptionMax:
@@ -78,14 +91,44 @@ func (p *WebhookEndpointCreateParams) validate(allowHTTP bool) error {
 	case !utf8.ValidString(p.Description) || strings.ContainsRune(p.Description, 0):
 		fe.add("description", "must be valid UTF-8 text without NUL characters")
 	}
+	if len(fe) == 0 {
+		parsed, _ := url.Parse(p.URL) // webhookURLProblem parsed it
+		if why := l.webhookHostProblem(ctx, policy, parsed.Hostname()); why != "" {
+			fe.add("url", "%s", why)
+		}
+	}
 	return fe.err()
+}
+
+// webhookEventsProblem says what is wrong with events as an endpoint's
+// list of notification types, or "": at least one, each a type listed
+// once, or NotifyAll alone.
+func webhookEventsProblem(events []string) string {
+	if len(events) == 0 {
+		return `is required: a list of notification types, or ["*"] for all`
+	}
+	if len(events) > len(NotificationTypes) {
+		return fmt.Sprintf(`lists %d types; there are %d, each listed at most once (or ["*"] for all)`, len(events), len(NotificationTypes))
+	}
+	for i, e := range events {
+		switch {
+		case e == NotifyAll && len(events) > 1:
+			return `"*" subscribes to every type: send ["*"] alone`
+		case e != NotifyAll && !slices.Contains(NotificationTypes, e):
+			return fmt.Sprintf("%q is not a notification type; one of %s, or \"*\"", e, strings.Join(NotificationTypes, ", "))
+		case slices.Contains(events[:i], e):
+			return fmt.Sprintf("%q is listed twice; list each type once", e)
+		}
+	}
+	return ""
 }
 
 // webhookURLProblem says what is wrong with u as a webhook endpoint's URL,
 // or "": https with a host, no credentials; plain http only to a loopback
-// host and only when allowHTTP (TALLY_WEBHOOKS_ALLOW_HTTP, for development).
-// Where the host resolves is checked at each delivery (internal/jobs).
-func webhookURLProblem(u string, allowHTTP bool) string {
+// host that policy allows (TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8,::1/128,
+// for development). Where the host points is checked next
+// (webhookHostProblem), and at each delivery (internal/jobs).
+func webhookURLProblem(u string, policy webhook.AddressPolicy) string {
 	parsed, err := url.Parse(u)
 	switch {
 	case u == "":
@@ -94,7 +137,7 @@ func webhookURLProblem(u string, allowHTTP bool) string {
 		return "must be at most 2048 bytes"
 	case !utf8.ValidString(u) || hasControl(u):
 		return "must be valid UTF-8 without control characters"
-	case err != nil || !parsed.IsAbs() || parsed.Host == "":
+	case err != nil || !parsed.IsAbs() || parsed.Hostname() == "":
 		return "must be an absolute https URL, like https://example.com/tally/webhooks"
 	case parsed.User != nil:
 		return "must not carry credentials"
@@ -102,20 +145,36 @@ func webhookURLProblem(u string, allowHTTP bool) string {
 		return "must not have a fragment"
 	case parsed.Scheme == "https":
 		return ""
-	case parsed.Scheme == "http" && allowHTTP && isLoopbackHost(parsed.Hostname()):
+	case parsed.Scheme == "http" && policy.AllowsLoopback(parsed.Hostname()):
 		return ""
-	case parsed.Scheme == "http" && allowHTTP:
-		return "may use http only to a loopback host (localhost, 127.0.0.1, ::1); use https"
 	}
-	return "must use https (http to a loopback host is allowed only with TALLY_WEBHOOKS_ALLOW_HTTP=true, for development)"
+	return "must use https (plain http only to a loopback host, such as localhost or 127.0.0.1, that " +
+		webhook.AllowVariable + " allows, for development)"
 }
 
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
+// webhookHostProblem says why policy refuses host, where an endpoint's URL
+// points, or "": an address policy refuses, or a name that resolves to one
+// now. A name that does not resolve now is accepted: each delivery resolves
+// it again and checks the address it dials, which is the guard; this is the
+// early, friendly refusal.
+func (l *Ledger) webhookHostProblem(ctx context.Context, policy webhook.AddressPolicy, host string) string {
+	ctx, cancel := context.WithTimeout(ctx, webhookLookupTimeout)
+	defer cancel()
+	addrs, err := webhook.LookupHost(ctx, l.config.WebhooksResolver, host)
+	if err != nil {
+		l.logger.InfoContext(ctx, "webhook endpoint's host does not resolve; accepted, each delivery checks the address it dials",
+			slog.String("host", host), slog.String("error", err.Error()))
+		return ""
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	for _, addr := range addrs {
+		if err := policy.Check(addr); err != nil {
+			if host != addr.String() {
+				return fmt.Sprintf("host %s resolves to %s, and %v", host, addr, err)
+			}
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // webhookEndpointColumns are an endpoint's columns, of the table aliased e.
@@ -134,9 +193,11 @@ func scanWebhookEndpoint(row pgx.Row, extra ...any) (*WebhookEndpoint, error) {
 }
 
 // WebhookEndpointCreate registers an endpoint and returns it with its
-// signing secret, which only this answer and a rotation show.
+// signing secret, which only this answer and a rotation show. It returns a
+// *ValidationError naming the field (url, events, description), or
+// webhook_endpoints when the deployment has WebhookEndpointsMax already.
 func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCreateParams) (*WebhookEndpoint, error) {
-	if err := p.validate(l.config.WebhooksAllowHTTP); err != nil {
+	if err := l.webhookEndpointValidate(ctx, &p); err != nil {
 		return nil, err
 	}
 	secret, err := webhook.NewSecret()
@@ -147,6 +208,11 @@ func (l *Ledger) WebhookEndpointCreate(ctx context.Context, p WebhookEndpointCre
 INSERT INTO billing.webhook_endpoints AS e (url, events, description, secret, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $5)
 RETURNING `+webhookEndpointColumns, p.URL, p.Events, p.Description, secret, l.now()))
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.ConstraintName == webhookEndpointsMaxConstraint {
+		return nil, &ValidationError{Fields: map[string]string{"webhook_endpoints": fmt.Sprintf(
+			"this deployment has %d webhook endpoints, the most it may have (each notification is written once per endpoint); "+
+				"delete one it no longer needs first", WebhookEndpointsMax)}}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("error creating webhook endpoint: %w", err)
 	}

@@ -6,6 +6,8 @@ package ledgertest
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -50,14 +52,49 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// Resolver resolves host names for tests without sending a packet: it
+// answers the names set, and fails for any other.
+type Resolver struct {
+	mu    sync.Mutex
+	hosts map[string][]netip.Addr
+}
+
+// ExampleAddr is a public address, what the bundle's Resolver answers for
+// example.com until told otherwise.
+var ExampleAddr = netip.MustParseAddr("93.184.215.14")
+
+// NewResolver returns a Resolver answering ExampleAddr for example.com.
+func NewResolver() *Resolver {
+	return &Resolver{hosts: map[string][]netip.Addr{"example.com": {ExampleAddr}}}
+}
+
+// Set makes r answer addrs for host from now on.
+func (r *Resolver) Set(host string, addrs ...netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hosts[host] = addrs
+}
+
+// LookupNetIP answers the addresses set for host.
+func (r *Resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	addrs, ok := r.hosts[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host (ledgertest.Resolver)", Name: host, IsNotFound: true}
+	}
+	return addrs, nil
+}
+
 // Bundle is what a ledger test needs.
 type Bundle struct {
-	Ledger *ledger.Ledger
-	Pool   *pgxpool.Pool
-	URL    string
-	Clock  *Clock
-	River  *river.Client[pgx.Tx]
-	Logger *slog.Logger
+	Ledger   *ledger.Ledger
+	Pool     *pgxpool.Pool
+	URL      string
+	Clock    *Clock
+	River    *river.Client[pgx.Tx]
+	Logger   *slog.Logger
+	Resolver *Resolver // the ledger's WebhooksResolver, unless config set one
 }
 
 // ClockStart is where every test clock starts: mid-month, mid-day, so each
@@ -65,7 +102,8 @@ type Bundle struct {
 var ClockStart = time.Date(2026, 11, 14, 10, 30, 0, 0, time.UTC)
 
 // New returns a Bundle on a fresh database. config's zero fields get test
-// defaults (the bundle's clock, its River client as charge scheduler).
+// defaults (the bundle's clock, its River client as charge scheduler, its
+// Resolver, so no test looks a name up in the DNS).
 func New(t testing.TB, config ledger.Config) *Bundle {
 	t.Helper()
 	pool, url := testdb.New(t)
@@ -82,9 +120,13 @@ func New(t testing.TB, config ledger.Config) *Bundle {
 	if config.Logger == nil {
 		config.Logger = logger
 	}
+	resolver := NewResolver()
+	if config.WebhooksResolver == nil {
+		config.WebhooksResolver = resolver
+	}
 	l, err := ledger.New(pool, config)
 	require.NoError(t, err)
-	return &Bundle{Ledger: l, Pool: pool, URL: url, Clock: clock, River: client, Logger: logger}
+	return &Bundle{Ledger: l, Pool: pool, URL: url, Clock: clock, River: client, Logger: logger, Resolver: resolver}
 }
 
 // Customer creates a customer with id, a Stripe id derived from it, and

@@ -24,6 +24,11 @@
 //
 // Sign is the sending side; Verify is the receiving side, for receivers
 // written in Go.
+//
+// AddressPolicy decides where the sending side may deliver: public
+// addresses only, unless an operator allows a non-public network
+// (TALLY_WEBHOOKS_ALLOW_CIDRS). Tally checks it when an endpoint is created
+// and on every address a delivery dials.
 package webhook
 
 import (
