@@ -1,10 +1,12 @@
 package main
 
 import (
+	"maps"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
@@ -139,36 +141,16 @@ func TestReconcileReadsTheServerSettings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool, url := testdb.New(t)
-			client, err := jobs.NewInsertClient(pool, nil)
-			require.NoError(t, err)
-			l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
-			require.NoError(t, err)
-			sim := stripesim.New(stripesim.Config{})
-			t.Cleanup(sim.Close)
-			srv := httptest.NewServer(sim)
-			t.Cleanup(srv.Close)
-			env := func(k string) string {
-				return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL,
-					"TALLY_DUNNING_SCHEDULE": tc.schedule}[k]
-			}
-			s := stripeapi.New(stripeapi.Config{APIKey: "sk_test_recover", BaseURL: srv.URL})
-
-			_, _, err = l.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd"})
-			require.NoError(t, err)
-			_, err = l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 900})
-			require.NoError(t, err)
-			periods, err := l.PeriodList(ctx, "acme")
-			require.NoError(t, err)
-			c, err := l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: periods[0].Period, Actor: "test"})
-			require.NoError(t, err)
+			b := newRecoverBundle(t, map[string]string{"TALLY_DUNNING_SCHEDULE": tc.schedule})
+			l, sim, s, env := b.l, b.sim, b.stripe, b.env
+			c := b.closedAcme(t)
 			// The call whose record was lost: Stripe declined it.
 			require.NoError(t, sim.FaultAdd(stripesim.Fault{Customer: "cus_acme", Kind: stripesim.FaultKindDecline, DeclineCode: "insufficient_funds"}))
 			params := &stripe.PaymentIntentParams{Amount: stripe.Int64(c.AmountCents), Currency: stripe.String(c.Currency),
 				Customer: stripe.String(c.StripeCustomerID), PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
 			params.AddMetadata("tally_charge_key", c.ChargeKey)
 			params.AddMetadata("tally_namespace", c.KeyNamespace)
-			_, err = s.PaymentIntentCreate(ctx, params)
+			_, err := s.PaymentIntentCreate(ctx, params)
 			require.Error(t, err, "declined")
 
 			command := append(tc.command, "--customer", "acme", "--period", c.Period)
@@ -198,28 +180,11 @@ func TestRecoverHeldChargeKeepsItsExit(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool, url := testdb.New(t)
-			client, err := jobs.NewInsertClient(pool, nil)
-			require.NoError(t, err)
-			l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
-			require.NoError(t, err)
-			sim := stripesim.New(stripesim.Config{})
-			t.Cleanup(sim.Close)
-			srv := httptest.NewServer(sim)
-			t.Cleanup(srv.Close)
-			env := func(k string) string {
-				return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}[k]
-			}
-			_, _, err = l.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd"})
-			require.NoError(t, err)
-			_, err = l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 900})
-			require.NoError(t, err)
-			periods, err := l.PeriodList(ctx, "acme")
-			require.NoError(t, err)
-			c, err := l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: periods[0].Period, Actor: "test"})
-			require.NoError(t, err)
+			b := newRecoverBundle(t, nil)
+			l, pool, env := b.l, b.pool, b.env
+			c := b.closedAcme(t)
 			// Held before any call, as the guards hold a total Stripe refuses.
-			_, err = pool.Exec(ctx, `
+			_, err := pool.Exec(ctx, `
 UPDATE billing.charges SET status = 'held', held_reason = 'amount_too_large', held_detail = 'too large', held_at = now()
 WHERE id = $1`, c.ID)
 			require.NoError(t, err)
@@ -242,4 +207,49 @@ WHERE id = $1`, c.ID)
 			require.Equal(t, ledger.ChargeCanceled, canceled.Status)
 		})
 	}
+}
+
+// recoverBundle is a ledger on a fresh database, the Stripe simulator and
+// billingctl's environment pointing at both.
+type recoverBundle struct {
+	l      *ledger.Ledger
+	pool   *pgxpool.Pool
+	sim    *stripesim.Server
+	stripe *stripeapi.Client
+	env    func(string) string
+}
+
+// newRecoverBundle returns a recoverBundle whose environment also holds
+// extra.
+func newRecoverBundle(t *testing.T, extra map[string]string) *recoverBundle {
+	t.Helper()
+	pool, url := testdb.New(t)
+	client, err := jobs.NewInsertClient(pool, nil)
+	require.NoError(t, err)
+	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
+	require.NoError(t, err)
+	sim := stripesim.New(stripesim.Config{})
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	vars := map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}
+	maps.Copy(vars, extra)
+	return &recoverBundle{l: l, pool: pool, sim: sim, env: func(k string) string { return vars[k] },
+		stripe: stripeapi.New(stripeapi.Config{APIKey: "sk_test_recover", BaseURL: srv.URL})}
+}
+
+// closedAcme gives customer acme one event of 900 in the current period
+// and closes it: its charge, pending and never attempted.
+func (b *recoverBundle) closedAcme(t *testing.T) *ledger.Charge {
+	t.Helper()
+	ctx := t.Context()
+	_, _, err := b.l.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd"})
+	require.NoError(t, err)
+	_, err = b.l.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "e1", AmountCents: 900})
+	require.NoError(t, err)
+	periods, err := b.l.PeriodList(ctx, "acme")
+	require.NoError(t, err)
+	c, err := b.l.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: periods[0].Period, Actor: "test"})
+	require.NoError(t, err)
+	return c
 }
