@@ -258,6 +258,7 @@ func TestDunningLateProcessingEvent(t *testing.T) {
 
 	require.Equal(t, []int64{c.ID}, b.retryDue(t, ctx, time.Hour))
 	got = b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+	require.Equal(t, 1, got.KeyGeneration, "paid by its retry")
 	_, succeeded := b.piStatuses("cus_acme")
 	require.Equal(t, 1, succeeded)
 }
