@@ -114,8 +114,9 @@ type Config struct {
 	// NamespaceDefault.
 	Namespace string
 
-	// APIKeyCacheTTL is how long an authenticated API key is trusted
-	// without reading Postgres again. Default APIKeyCacheTTLDefault.
+	// APIKeyCacheTTL is how long an authenticated API key is trusted, and
+	// an unknown or revoked secret refused, without reading Postgres again.
+	// Default APIKeyCacheTTLDefault.
 	APIKeyCacheTTL time.Duration
 
 	// WebhooksAllowHTTP lets webhook endpoints use plain http to a
