@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -189,6 +190,14 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 	if err != nil {
 		return err
 	}
+	refunds, err := l.RefundListByCharge(ctx, id)
+	if err != nil {
+		return err
+	}
+	disputes, err := l.DisputeListByCharge(ctx, id)
+	if err != nil {
+		return err
+	}
 
 	fmt.Fprintf(stdout, "charge %d  %s/%s  %s\n", c.ID, c.CustomerID, c.Period, c.Status)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -196,6 +205,12 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 		fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{label}, args...)...)
 	}
 	row("amount:", "%s (%d events)", amount(c), c.EventCount)
+	if c.CarriedInCents > 0 {
+		row("carried in:", "%d %s of it from earlier charges below Stripe's minimum", c.CarriedInCents, c.Currency)
+	}
+	if c.CarriedInto != nil {
+		row("carried into:", "charge %d, which bills this amount", *c.CarriedInto)
+	}
 	row("stripe:", "customer %s, payment method %s, payment intent %s, charge %s", c.StripeCustomerID,
 		orDash(c.StripePaymentMethodID), orDash(c.StripePaymentIntentID), orDash(c.StripeChargeID))
 	row("key:", "tally_charge_key %s, generation %d", c.ChargeKey, c.KeyGeneration)
@@ -276,6 +291,38 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 		line += fmt.Sprintf(": %q", a.Reason)
 		for _, k := range slices.Sorted(maps.Keys(a.Detail)) {
 			line += fmt.Sprintf("  %s=%v", k, a.Detail[k])
+		}
+		fmt.Fprintln(stdout, line)
+	}
+
+	fmt.Fprintf(stdout, "\nrefunds: %d\n", len(refunds))
+	for _, r := range refunds {
+		line := fmt.Sprintf("  %s  %s  %s  %d %s  of %s", r.StripeCreatedAt.UTC().Format(time.RFC3339), r.StripeRefundID,
+			cmp.Or(r.Status, "-"), r.AmountCents, r.Currency, orDash(r.StripePaymentIntentID))
+		if r.Reason != nil {
+			line += "  reason " + *r.Reason
+		}
+		if r.FailureReason != nil {
+			line += "  failure " + *r.FailureReason
+		}
+		fmt.Fprintln(stdout, line)
+	}
+
+	fmt.Fprintf(stdout, "\ndisputes: %d\n", len(disputes))
+	for _, d := range disputes {
+		line := fmt.Sprintf("  %s  %s  %s  %d %s", d.StripeCreatedAt.UTC().Format(time.RFC3339), d.StripeDisputeID,
+			cmp.Or(d.Status, "-"), d.AmountCents, d.Currency)
+		if d.Reason != nil {
+			line += "  reason " + *d.Reason
+		}
+		if d.EvidenceDueBy != nil {
+			line += "  evidence due " + formatTime(d.EvidenceDueBy)
+		}
+		if d.FundsWithdrawnAt != nil {
+			line += "  funds withdrawn " + formatTime(d.FundsWithdrawnAt)
+		}
+		if d.FundsReinstatedAt != nil {
+			line += "  funds reinstated " + formatTime(d.FundsReinstatedAt)
 		}
 		fmt.Fprintln(stdout, line)
 	}

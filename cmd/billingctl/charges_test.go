@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -376,6 +377,68 @@ func TestCharges(t *testing.T) {
 			require.Contains(t, stdout, want)
 		}
 		require.NotContains(t, stdout, "way out:", "no longer held")
+	})
+
+	t.Run("ShowCarriedRefundsAndDisputes", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := chargesSetup(t)
+		// November's 30 cents are below Stripe's minimum: carried into
+		// December's charge, which is paid, then refunded and disputed.
+		nov := b.closed(ctx, t, "acme", 30)
+		cl, err := b.Ledger.ChargeClaim(ctx, ledger.ChargeClaimParams{ChargeID: nov.ID, Owner: "w", LeaseTTL: time.Minute, JobID: 1, JobAttempt: 1})
+		require.NoError(t, err)
+		require.Nil(t, cl)
+		b.Clock.Set(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+		_, err = b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: "dec-1", AmountCents: 1000})
+		require.NoError(t, err)
+		dec, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-12", Actor: "job:2/1"})
+		require.NoError(t, err)
+		_, err = b.Pool.Exec(ctx, `UPDATE billing.charges SET status = 'succeeded', stripe_payment_intent_id = 'pi_1',
+       stripe_charge_id = 'ch_1' WHERE id = $1`, dec.ID)
+		require.NoError(t, err)
+		created := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+		due := created.Add(7 * 24 * time.Hour)
+		for _, p := range []ledger.ChargeAdjustmentParams{
+			{StripeID: "re_1", Status: "succeeded", EventID: "evt_1", EventType: "charge.refund.updated", AmountCents: 300,
+				Reason: "requested_by_customer"},
+			{StripeID: "re_2", Status: "failed", EventID: "evt_2", EventType: "charge.refund.updated", AmountCents: 50,
+				FailureReason: "expired_or_canceled_card"},
+		} {
+			p.StripeChargeID, p.StripePaymentIntentID, p.Currency, p.CreatedAt = "ch_1", "pi_1", "usd", created
+			require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+				_, err := b.Ledger.RefundRecordTx(ctx, tx, p)
+				return err
+			}))
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			_, err := b.Ledger.DisputeRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+				StripeID: "dp_1", StripeChargeID: "ch_1", StripePaymentIntentID: "pi_1", AmountCents: 1030, Currency: "usd",
+				Status: "needs_response", Reason: "fraudulent", CreatedAt: created, EventID: "evt_3",
+				EventType: "charge.dispute.created", EvidenceDueBy: &due})
+			return err
+		}))
+
+		stdout, stderr, err := b.billingctl(ctx, "charges", "show", id(nov))
+		require.NoError(t, err, stderr)
+		require.Regexp(t, fmt.Sprintf(`\n  carried into: +charge %d, which bills this amount\n`, dec.ID), stdout)
+		require.NotContains(t, stdout, "carried in:")
+		require.Contains(t, stdout, "refunds: 0\n")
+		require.Contains(t, stdout, "disputes: 0\n")
+
+		stdout, stderr, err = b.billingctl(ctx, "charges", "show", id(dec))
+		require.NoError(t, err, stderr)
+		t.Logf("billingctl charges show:\n%s", stdout)
+		require.Regexp(t, `\n  carried in: +30 usd of it from earlier charges below Stripe's minimum\n`, stdout)
+		require.NotContains(t, stdout, "carried into:")
+		for _, want := range []string{
+			"refunds: 2\n",
+			"  2026-12-03T09:00:00Z  re_1  succeeded  300 usd  of pi_1  reason requested_by_customer\n",
+			"  2026-12-03T09:00:00Z  re_2  failed  50 usd  of pi_1  failure expired_or_canceled_card\n",
+			"disputes: 1\n",
+			"  2026-12-03T09:00:00Z  dp_1  needs_response  1030 usd  reason fraudulent  evidence due 2026-12-10T09:00:00Z\n",
+		} {
+			require.Contains(t, stdout, want)
+		}
 	})
 
 	t.Run("ShowHeldSaysTheWayOut", func(t *testing.T) {

@@ -81,15 +81,17 @@ type problemBody struct {
 	Code      string            `json:"code"`
 	Errors    map[string]string `json:"errors"`
 	Items     []itemProblemBody `json:"items"`
+	Omitted   int               `json:"omitted"`
 	RequestID string            `json:"request_id"`
 }
 
 type itemProblemBody struct {
-	Index  int               `json:"index"`
-	Status int               `json:"status"`
-	Code   string            `json:"code"`
-	Detail string            `json:"detail"`
-	Errors map[string]string `json:"errors"`
+	Index   int               `json:"index"`
+	Status  int               `json:"status"`
+	Code    string            `json:"code"`
+	Detail  string            `json:"detail"`
+	Errors  map[string]string `json:"errors"`
+	Omitted int               `json:"omitted"`
 }
 
 // requireProblem requires rec to be a problem+json response with status and

@@ -226,3 +226,89 @@ func unescape(s string) string {
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
+
+// TestBadInputProblemsBounded sends bodies with a problem per key (an event
+// of 1 MiB with tens of thousands of unknown fields, a batch of 8 MiB of
+// them, keys and property paths of hundreds of KiB) and requires answers of
+// a few KiB that list some problems and count the others in omitted: a
+// problem per key once answered an event of 1 MiB with 7.7 MB and a batch
+// with 73 MB.
+func TestBadInputProblemsBounded(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, setupOpts{})
+
+	// unknownKeys returns n unknown fields, such as "k1_000001":0.
+	unknownKeys := func(tag string, n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`"k%s_%06d":0`, tag, i)
+		}
+		return strings.Join(parts, ",")
+	}
+	const answerMax = 16 << 10
+
+	t.Run("Batch", func(t *testing.T) {
+		const events, keys = 1000, 480 // 8 MiB less a little
+		items := make([]string, events)
+		for i := range items {
+			items[i] = fmt.Sprintf(`{"customer_id":"acme","event_id":"e%d","amount_cents":1,%s}`, i, unknownKeys(strconv.Itoa(i), keys))
+		}
+		body := batchJSON(items...)
+		require.Less(t, len(body), 8<<20)
+		require.Greater(t, len(body), 7<<20)
+
+		rec := b.requireBatchRejected(t, body)
+		require.Less(t, rec.Body.Len(), answerMax)
+		p := requireProblem(t, rec, http.StatusUnprocessableEntity, "batch_rejected")
+		require.NotEmpty(t, p.Items)
+		require.Equal(t, events, len(p.Items)+p.Omitted, "items listed and omitted")
+		for i, it := range p.Items {
+			require.Equal(t, i, it.Index, "the first failing events, in order")
+			require.NotEmpty(t, it.Errors)
+			require.Equal(t, keys, len(it.Errors)+it.Omitted, "fields listed and omitted")
+		}
+		require.Contains(t, p.Detail, "1000 events were rejected")
+	})
+
+	t.Run("Event", func(t *testing.T) {
+		var sb strings.Builder
+		sb.WriteString(`{"customer_id":"acme","event_id":"e1","amount_cents":1`)
+		keys := 0
+		for sb.Len() < 1<<20-64 {
+			fmt.Fprintf(&sb, `,"k%06d":0`, keys)
+			keys++
+		}
+		sb.WriteString("}")
+		require.Greater(t, keys, 80_000)
+
+		rec := b.requireEventRejected(t, sb.String())
+		require.Less(t, rec.Body.Len(), answerMax)
+		p := requireProblem(t, rec, http.StatusUnprocessableEntity, "validation_error")
+		require.NotEmpty(t, p.Errors)
+		require.Equal(t, keys, len(p.Errors)+p.Omitted, "fields listed and omitted")
+		require.Contains(t, p.Errors, "k000000")
+	})
+
+	t.Run("LongNames", func(t *testing.T) {
+		long := strings.Repeat("x", 256<<10)
+		rec := b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"`+long+`":0}`)
+		require.Less(t, rec.Body.Len(), 2<<10)
+		p := requireProblem(t, rec, http.StatusUnprocessableEntity, "validation_error")
+		require.Len(t, p.Errors, 1)
+		for name := range p.Errors {
+			require.True(t, strings.HasPrefix(name, "xxxx") && strings.HasSuffix(name, "…"), "name %.100q", name)
+		}
+
+		// A number out of bounds deep in properties: the ledger names its
+		// path, 5,000 keys of 32 bytes long.
+		key := strings.Repeat("p", 32)
+		props := strings.Repeat(`{"`+key+`":`, 5_000) + "1e1000" + strings.Repeat("}", 5_000)
+		rec = b.requireEventRejected(t, `{"customer_id":"acme","event_id":"e1","amount_cents":1,"properties":`+props+`}`)
+		require.Less(t, rec.Body.Len(), 2<<10)
+		p = requireProblem(t, rec, http.StatusUnprocessableEntity, "validation_error")
+		require.Len(t, p.Errors, 1)
+		for name := range p.Errors {
+			require.True(t, strings.HasPrefix(name, "properties."+key+"."+key), "name %.100q", name)
+		}
+	})
+}

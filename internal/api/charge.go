@@ -90,9 +90,9 @@ func newOperatorActionResponse(a *ledger.OperatorAction) operatorActionResponse 
 }
 
 // handleChargeGet returns one charge with every Stripe call made for it,
-// every status change with who made it, and every operator action on it
-// (approve, cancel, resolve: who, why, the status before and after), oldest
-// first.
+// every status change with who made it, every operator action on it
+// (approve, cancel, resolve: who, why, the status before and after), and
+// every refund and dispute of it with its current status, oldest first.
 func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	type attempt struct {
 		Attempt               int        `json:"attempt"`
@@ -115,11 +115,36 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		Reason *string   `json:"reason"`
 		At     time.Time `json:"at"`
 	}
+	type refund struct {
+		StripeRefundID        string     `json:"stripe_refund_id"`
+		Status                string     `json:"status"`
+		AmountCents           int64      `json:"amount_cents"`
+		Currency              string     `json:"currency"`
+		Reason                *string    `json:"reason"`
+		FailureReason         *string    `json:"failure_reason"`
+		StripePaymentIntentID *string    `json:"stripe_payment_intent_id"`
+		CreatedAt             time.Time  `json:"created_at"`
+		StatusAt              *time.Time `json:"status_at"`
+	}
+	type dispute struct {
+		StripeDisputeID   string     `json:"stripe_dispute_id"`
+		Status            string     `json:"status"`
+		AmountCents       int64      `json:"amount_cents"`
+		Currency          string     `json:"currency"`
+		Reason            *string    `json:"reason"`
+		EvidenceDueBy     *time.Time `json:"evidence_due_by"`
+		FundsWithdrawnAt  *time.Time `json:"funds_withdrawn_at"`
+		FundsReinstatedAt *time.Time `json:"funds_reinstated_at"`
+		CreatedAt         time.Time  `json:"created_at"`
+		StatusAt          *time.Time `json:"status_at"`
+	}
 	type response struct {
 		chargeResponse
 		Attempts    []attempt                `json:"attempts"`
 		Transitions []transition             `json:"transitions"`
 		Actions     []operatorActionResponse `json:"actions"`
+		Refunds     []refund                 `json:"refunds"`
+		Disputes    []dispute                `json:"disputes"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathID(r, "charge")
@@ -142,8 +167,19 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			writeError(logger, w, r, err)
 			return
 		}
+		refunds, err := l.RefundListByCharge(r.Context(), id)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
+		disputes, err := l.DisputeListByCharge(r.Context(), id)
+		if err != nil {
+			writeError(logger, w, r, err)
+			return
+		}
 		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{},
-			Actions: make([]operatorActionResponse, 0, len(actions))}
+			Actions: make([]operatorActionResponse, 0, len(actions)), Refunds: make([]refund, 0, len(refunds)),
+			Disputes: make([]dispute, 0, len(disputes))}
 		for _, a := range attempts {
 			resp.Attempts = append(resp.Attempts, attempt{
 				Attempt: a.Attempt, KeyGeneration: a.KeyGeneration, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
@@ -157,6 +193,20 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		}
 		for _, a := range actions {
 			resp.Actions = append(resp.Actions, newOperatorActionResponse(a))
+		}
+		for _, f := range refunds {
+			resp.Refunds = append(resp.Refunds, refund{
+				StripeRefundID: f.StripeRefundID, Status: f.Status, AmountCents: f.AmountCents, Currency: f.Currency,
+				Reason: f.Reason, FailureReason: f.FailureReason, StripePaymentIntentID: f.StripePaymentIntentID,
+				CreatedAt: f.StripeCreatedAt, StatusAt: f.StatusObservedAt,
+			})
+		}
+		for _, d := range disputes {
+			resp.Disputes = append(resp.Disputes, dispute{
+				StripeDisputeID: d.StripeDisputeID, Status: d.Status, AmountCents: d.AmountCents, Currency: d.Currency,
+				Reason: d.Reason, EvidenceDueBy: d.EvidenceDueBy, FundsWithdrawnAt: d.FundsWithdrawnAt,
+				FundsReinstatedAt: d.FundsReinstatedAt, CreatedAt: d.StripeCreatedAt, StatusAt: d.StatusObservedAt,
+			})
 		}
 		encode(w, http.StatusOK, resp)
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -37,7 +38,24 @@ type chargeBody struct {
 		Reason *string   `json:"reason"`
 		At     time.Time `json:"at"`
 	} `json:"transitions"`
-	Actions []actionBody `json:"actions"`
+	Actions        []actionBody `json:"actions"`
+	CarriedInCents int64        `json:"carried_in_cents"`
+	CarriedInto    *int64       `json:"carried_into"`
+	Refunds        []struct {
+		StripeRefundID string     `json:"stripe_refund_id"`
+		Status         string     `json:"status"`
+		AmountCents    int64      `json:"amount_cents"`
+		Currency       string     `json:"currency"`
+		FailureReason  *string    `json:"failure_reason"`
+		StatusAt       *time.Time `json:"status_at"`
+	} `json:"refunds"`
+	Disputes []struct {
+		StripeDisputeID string     `json:"stripe_dispute_id"`
+		Status          string     `json:"status"`
+		AmountCents     int64      `json:"amount_cents"`
+		Reason          *string    `json:"reason"`
+		EvidenceDueBy   *time.Time `json:"evidence_due_by"`
+	} `json:"disputes"`
 }
 
 // actionBody is one operator action as GET /v1/charges/{id} answers it.
@@ -613,6 +631,72 @@ func TestChargeGet(t *testing.T) {
 			"pending→canceled by " + b.actor(),
 		}, moves)
 		require.Equal(t, "approved: agreed with the customer", *got.Transitions[2].Reason)
+	})
+
+	t.Run("CarriedRefundsAndDisputes", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		// November's 30 cents are below Stripe's minimum: carried into
+		// December's charge, which is paid, then partly refunded and
+		// disputed.
+		nov := b.closedCharge(ctx, t, 30)
+		require.Nil(t, b.claim(ctx, t, nov))
+		b.requireStatus(ctx, t, nov.ID, ledger.ChargeCarriedForward)
+		b.Clock.Set(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("dec-1", 1000)).Code)
+		dec, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-12", Actor: "job:2/1"})
+		require.NoError(t, err)
+		_, err = b.Pool.Exec(ctx, `UPDATE billing.charges SET status = 'succeeded', stripe_payment_intent_id = 'pi_1',
+       stripe_charge_id = 'ch_1' WHERE id = $1`, dec.ID)
+		require.NoError(t, err)
+		created := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+		due := created.Add(7 * 24 * time.Hour)
+		for _, p := range []ledger.ChargeAdjustmentParams{
+			{StripeID: "re_1", Status: "pending", EventID: "evt_1", EventType: "refund.created", AmountCents: 300},
+			{StripeID: "re_1", Status: "succeeded", EventID: "evt_2", EventType: "charge.refund.updated", AmountCents: 300},
+			{StripeID: "re_2", Status: "failed", EventID: "evt_3", EventType: "charge.refund.updated", AmountCents: 50,
+				FailureReason: "expired_or_canceled_card"},
+		} {
+			p.StripeChargeID, p.StripePaymentIntentID, p.Currency, p.CreatedAt, p.EventCreatedAt = "ch_1", "pi_1", "usd", created, created
+			require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+				_, err := b.Ledger.RefundRecordTx(ctx, tx, p)
+				return err
+			}))
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			_, err := b.Ledger.DisputeRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
+				StripeID: "dp_1", StripeChargeID: "ch_1", StripePaymentIntentID: "pi_1", AmountCents: 1030, Currency: "usd",
+				Status: "needs_response", Reason: "fraudulent", CreatedAt: created, EventID: "evt_4",
+				EventType: "charge.dispute.created", EventCreatedAt: created, EvidenceDueBy: &due})
+			return err
+		}))
+
+		got := b.getCharge(t, nov.ID)
+		require.Equal(t, "carried_forward", got.Status)
+		require.Equal(t, &dec.ID, got.CarriedInto)
+		require.Zero(t, got.CarriedInCents)
+		require.Empty(t, got.Refunds)
+		require.Empty(t, got.Disputes)
+
+		got = b.getCharge(t, dec.ID)
+		require.Equal(t, int64(1030), got.AmountCents)
+		require.Equal(t, int64(30), got.CarriedInCents)
+		require.Nil(t, got.CarriedInto)
+		require.Len(t, got.Refunds, 2)
+		require.Equal(t, "re_1", got.Refunds[0].StripeRefundID)
+		require.Equal(t, "succeeded", got.Refunds[0].Status)
+		require.Equal(t, int64(300), got.Refunds[0].AmountCents)
+		require.Equal(t, "usd", got.Refunds[0].Currency)
+		require.True(t, got.Refunds[0].StatusAt.Equal(created))
+		require.Equal(t, "re_2", got.Refunds[1].StripeRefundID)
+		require.Equal(t, "failed", got.Refunds[1].Status)
+		require.Equal(t, "expired_or_canceled_card", *got.Refunds[1].FailureReason)
+		require.Len(t, got.Disputes, 1)
+		require.Equal(t, "dp_1", got.Disputes[0].StripeDisputeID)
+		require.Equal(t, "needs_response", got.Disputes[0].Status)
+		require.Equal(t, int64(1030), got.Disputes[0].AmountCents)
+		require.Equal(t, "fraudulent", *got.Disputes[0].Reason)
+		require.True(t, got.Disputes[0].EvidenceDueBy.Equal(due))
 	})
 
 	t.Run("NoActions", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"reflect"
@@ -62,10 +63,11 @@ func encodeBufferPut(buf *bytes.Buffer) {
 // decodeError is a request body that cannot be decoded; it is answered as a
 // problem with status.
 type decodeError struct {
-	status int
-	code   string
-	detail string
-	fields map[string]string
+	status  int
+	code    string
+	detail  string
+	fields  map[string]string
+	omitted int // field problems found beyond those in fields
 }
 
 func (e *decodeError) Error() string { return e.detail }
@@ -88,21 +90,25 @@ func decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, erro
 // decodeStrict decodes one JSON object into v. Field names must match v's
 // json tags exactly (encoding/json alone would accept "AMOUNT_CENTS" for
 // amount_cents, and let a later duplicate win), each at most once; wrong types
-// and trailing data are refused. Field names in errors get prefix.
+// and trailing data are refused. Field names in errors get prefix; at most
+// problemErrorsMax are named, the others counted.
 func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 	var v T
-	allowed := jsonFieldNames(reflect.TypeOf(v))
-	if keys, ok := objectKeys(raw); ok && keysAllowed(keys, allowed) {
-		// One valid JSON object whose keys are v's fields, each once: nothing
-		// is left for a Decoder to refuse but wrong types, which Unmarshal
-		// reports alike, without a Decoder's buffers (a batch decodes a
-		// thousand items).
+	keys := keyCheck{allowed: jsonFieldNames(reflect.TypeOf(v)), prefix: prefix}
+	if objectKeys(raw, keys.check) {
+		// One valid JSON object: once its keys are v's fields, each once,
+		// nothing is left for a Decoder to refuse but wrong types, which
+		// Unmarshal reports alike, without a Decoder's buffers (a batch
+		// decodes a thousand items).
+		if err := keys.err(); err != nil {
+			return v, err
+		}
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return v, jsonError(err, 0, prefix)
 		}
 		return v, nil
 	}
-	if err := checkKeys(raw, allowed, prefix); err != nil {
+	if err := checkKeys(raw, keys, prefix); err != nil {
 		return v, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -117,11 +123,11 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 	return v, nil
 }
 
-// checkKeys requires raw to be a JSON object whose keys are all in allowed,
-// spelled exactly, each once. It is decodeStrict's slow path, for a body
-// its one-scan check (objectKeys) refused — invalid JSON, not an object, or
-// a key refused: it reads raw token by token to name every problem.
-func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
+// checkKeys requires raw to be a JSON object whose keys keys accepts. It is
+// decodeStrict's slow path, for a body its one-scan check (objectKeys)
+// refused — invalid JSON, or not an object: it reads raw token by token to
+// name the problem.
+func checkKeys(raw []byte, keys keyCheck, prefix string) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -134,58 +140,94 @@ func checkKeys(raw []byte, allowed map[string]bool, prefix string) error {
 		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
 			detail: "the request has invalid fields", fields: map[string]string{strings.TrimSuffix(prefix, "."): "must be a JSON object"}}
 	}
-	fields := map[string]string{}
-	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return jsonError(err, 0, prefix)
 		}
 		key, _ := tok.(string)
-		switch {
-		case seen[key]:
-			fields[prefix+key] = "appears more than once; send each field once"
-		case !allowed[key]:
-			fields[prefix+key] = "is not a known field; remove it (see the API reference in README.md)"
-			for name := range allowed {
-				if strings.EqualFold(name, key) {
-					fields[prefix+key] = fmt.Sprintf("is not a known field: names are case-sensitive; send %q", name)
-				}
-			}
-		}
-		seen[key] = true
+		keys.check([]byte(key))
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return jsonError(err, 0, prefix)
 		}
 	}
-	if len(fields) > 0 {
-		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
-			detail: "the request has invalid fields", fields: fields}
-	}
-	return nil
+	return keys.err()
 }
 
-// keysAllowed reports whether every key is in allowed, and none repeats.
-func keysAllowed(keys []string, allowed map[string]bool) bool {
-	for i, k := range keys {
-		if !allowed[k] || slices.Contains(keys[:i], k) {
-			return false
+// keyCheck judges an object's keys, one at a time, against the JSON names of
+// a type's fields: a key must be one of them, spelled exactly, and appear
+// once. It names at most problemErrorsMax bad keys (cut to fieldNameMax) and
+// counts the others, so an object of a million unknown keys costs no more to
+// hold and answer than one of ten.
+type keyCheck struct {
+	allowed map[string]bool
+	prefix  string
+	seen    []string // the allowed keys met so far
+	fields  map[string]string
+	omitted int
+}
+
+// check judges key.
+func (c *keyCheck) check(key []byte) {
+	if c.allowed[string(key)] {
+		for _, s := range c.seen {
+			if s == string(key) {
+				c.add(key, "appears more than once; send each field once")
+				return
+			}
+		}
+		c.seen = append(c.seen, string(key))
+		return
+	}
+	c.add(key, "")
+}
+
+// add names key with msg (an unknown key's when empty), unless key is
+// named already; it counts key in omitted once problemErrorsMax are named.
+func (c *keyCheck) add(key []byte, msg string) {
+	name := fieldName(c.prefix + string(key))
+	if _, ok := c.fields[name]; ok {
+		return
+	}
+	if len(c.fields) == problemErrorsMax {
+		c.omitted++
+		return
+	}
+	if msg == "" {
+		msg = "is not a known field; remove it (see the API reference in README.md)"
+		for allowed := range c.allowed {
+			if strings.EqualFold(allowed, string(key)) {
+				msg = fmt.Sprintf("is not a known field: names are case-sensitive; send %q", allowed)
+			}
 		}
 	}
-	return true
+	if c.fields == nil {
+		c.fields = map[string]string{}
+	}
+	c.fields[name] = msg
 }
 
-// objectKeys returns the keys of the object raw holds, in order, when raw is
-// valid JSON holding one object; ok is false otherwise. It is
-// decodeStrict's fast path: no allocation but the keys.
-func objectKeys(raw []byte) (keys []string, ok bool) {
+// err returns the problem of the keys checked, or nil.
+func (c *keyCheck) err() error {
+	if len(c.fields) == 0 {
+		return nil
+	}
+	return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
+		detail: "the request has invalid fields", fields: c.fields, omitted: c.omitted}
+}
+
+// objectKeys calls yield with each key of the object raw holds, in order,
+// and reports true, when raw is valid JSON holding one object; otherwise it
+// reports false without calling yield. It is decodeStrict's fast path: no
+// allocation but escaped keys (yield must not keep key).
+func objectKeys(raw []byte, yield func(key []byte)) bool {
 	if !json.Valid(raw) {
-		return nil, false
+		return false
 	}
 	i := skipSpace(raw, 0)
 	if raw[i] != '{' {
-		return nil, false
+		return false
 	}
 	i = skipSpace(raw, i+1)
 	for raw[i] != '}' {
@@ -193,20 +235,22 @@ func objectKeys(raw []byte) (keys []string, ok bool) {
 			i = skipSpace(raw, i+1)
 		}
 		end := stringEnd(raw, i)
-		key := string(raw[i+1 : end-1])
-		if strings.ContainsFunc(key, func(r rune) bool { return r == '\\' || r >= utf8.RuneSelf }) {
+		key := raw[i+1 : end-1]
+		if bytes.ContainsFunc(key, func(r rune) bool { return r == '\\' || r >= utf8.RuneSelf }) {
 			// Escapes and non-ASCII as encoding/json reads them (invalid
 			// UTF-8 becomes U+FFFD).
-			if err := json.Unmarshal(raw[i:end], &key); err != nil {
-				return nil, false
+			var s string
+			if err := json.Unmarshal(raw[i:end], &s); err != nil {
+				return false
 			}
+			key = []byte(s)
 		}
-		keys = append(keys, key)
+		yield(key)
 		i = skipSpace(raw, end)                // at ':'
 		i = valueEnd(raw, skipSpace(raw, i+1)) // after the value
 		i = skipSpace(raw, i)
 	}
-	return keys, true
+	return true
 }
 
 // skipSpace returns the index of the first byte at or after i that is not
@@ -326,6 +370,55 @@ func describeType(e *json.UnmarshalTypeError) string {
 	return "of type " + e.Type.String()
 }
 
+// Bounds on what a problem lists, so that an answer stays a few KiB whatever
+// was sent (a field problem per key once answered an event of 1 MiB with 7.7
+// MB): the problems beyond them are counted in the problem's omitted (for a
+// batch, the failing events not listed; for an event of it, its field
+// problems not listed).
+const (
+	// problemErrorsMax is the most field problems a problem lists in errors.
+	problemErrorsMax = 10
+
+	// problemItemsMax is the most failing events a batch's problem lists in
+	// items, the first by index.
+	problemItemsMax = 10
+
+	// itemErrorsMax is the most field problems listed for one event of a
+	// batch.
+	itemErrorsMax = 5
+
+	// fieldNameMax is the longest field name a problem shows, in bytes: a
+	// longer one (an unknown key of a MiB, a deep properties path) is cut
+	// and ends with "…".
+	fieldNameMax = 128
+)
+
+// fieldName returns name cut to fieldNameMax bytes, ending with "…" when cut.
+func fieldName(name string) string {
+	if len(name) <= fieldNameMax {
+		return name
+	}
+	return strings.ToValidUTF8(name[:fieldNameMax-len("…")], "") + "…"
+}
+
+// fieldsListed returns at most max of fields (the first names in byte
+// order, each cut by fieldName) and how many it left out.
+func fieldsListed(fields map[string]string, max int) (map[string]string, int) {
+	short := len(fields) <= max
+	for name := range fields {
+		short = short && len(name) <= fieldNameMax
+	}
+	if short {
+		return fields, 0
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	listed := make(map[string]string, min(max, len(names)))
+	for _, name := range names[:min(max, len(names))] {
+		listed[fieldName(name)] = fields[name]
+	}
+	return listed, len(names) - min(max, len(names))
+}
+
 // problem is an RFC 9457 problem detail.
 type problem struct {
 	Type      string            `json:"type"`
@@ -335,22 +428,31 @@ type problem struct {
 	Code      string            `json:"code"`
 	Errors    map[string]string `json:"errors,omitempty"`
 	Items     []itemProblem     `json:"items,omitempty"`
+	Omitted   int               `json:"omitted,omitempty"`
 	RequestID string            `json:"request_id,omitempty"`
 }
 
 // itemProblem is the error of one item of a batch.
 type itemProblem struct {
-	Index  int               `json:"index"`
-	Status int               `json:"status"`
-	Code   string            `json:"code"`
-	Detail string            `json:"detail"`
-	Errors map[string]string `json:"errors,omitempty"`
+	Index   int               `json:"index"`
+	Status  int               `json:"status"`
+	Code    string            `json:"code"`
+	Detail  string            `json:"detail"`
+	Errors  map[string]string `json:"errors,omitempty"`
+	Omitted int               `json:"omitted,omitempty"`
 }
 
+// writeProblem answers p, listing at most problemErrorsMax of its errors.
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 	p.Type = "urn:tally:problem:" + p.Code
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
+	}
+	var omitted int
+	p.Errors, omitted = fieldsListed(p.Errors, problemErrorsMax)
+	p.Omitted += omitted
+	if p.Omitted > 0 {
+		p.Detail += fmt.Sprintf(" (%d more are not listed: see omitted)", p.Omitted)
 	}
 	p.RequestID = requestIDFrom(r.Context())
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -3,8 +3,13 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // tokenKeys reads the keys of raw's top-level object with encoding/json's
@@ -33,8 +38,8 @@ func tokenKeys(raw []byte) ([]string, bool) {
 }
 
 // FuzzObjectKeys holds decodeStrict's fast path to encoding/json: for any input,
-// objectKeys finds exactly the keys the tokenizer reads, and accepts exactly
-// the valid JSON objects.
+// objectKeys yields exactly the keys the tokenizer reads (none when it
+// refuses), and accepts exactly the valid JSON objects.
 func FuzzObjectKeys(f *testing.F) {
 	for _, seed := range []string{
 		`{}`, ` { } `, `{"a":1}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,{"c":"}"}]},"d":"\"}"}`,
@@ -45,10 +50,38 @@ func FuzzObjectKeys(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		got, gotOK := objectKeys(raw)
+		var got []string
+		gotOK := objectKeys(raw, func(key []byte) { got = append(got, string(key)) })
 		want, wantOK := tokenKeys(raw)
 		if gotOK != wantOK || !slices.Equal(got, want) {
 			t.Fatalf("objectKeys(%q) = %q, %v; the tokenizer reads %q, %v", raw, got, gotOK, want, wantOK)
 		}
 	})
+}
+
+// TestDecodeStrictUnknownKeysMemory requires that an event of 1 MiB with
+// tens of thousands of unknown keys costs memory in proportion to the keys it
+// names, not to all it holds: a token, a skipped value and a message per key
+// allocated 47 MB. It measures the process's allocations, so it runs alone
+// (not in parallel).
+func TestDecodeStrictUnknownKeysMemory(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"customer_id":"acme","event_id":"e1","amount_cents":1`)
+	keys := 0
+	for ; sb.Len() < bodyLimitDefault-64; keys++ {
+		fmt.Fprintf(&sb, `,"k%06d":0`, keys)
+	}
+	sb.WriteString("}")
+	body := []byte(sb.String())
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := decodeStrict[usageEventRequest](body, "")
+	runtime.ReadMemStats(&after)
+
+	var de *decodeError
+	require.ErrorAs(t, err, &de)
+	require.Len(t, de.fields, problemErrorsMax)
+	require.Equal(t, keys-problemErrorsMax, de.omitted)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "bytes allocated to decode %d bytes", len(body))
 }

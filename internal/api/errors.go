@@ -27,7 +27,7 @@ func problemFor(err error) (problem, bool) {
 	)
 	switch {
 	case errors.As(err, &de):
-		return problem{Status: de.status, Code: de.code, Detail: de.detail, Errors: de.fields}, true
+		return problem{Status: de.status, Code: de.code, Detail: de.detail, Errors: de.fields, Omitted: de.omitted}, true
 	case errors.As(err, &ve):
 		return problem{Status: http.StatusUnprocessableEntity, Code: "validation_error",
 			Detail: "the request has invalid fields; see errors", Errors: ve.Fields}, true

@@ -70,7 +70,8 @@ func TestPeriodGet(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t, setupOpts{})
 		for _, label := range []string{"2026-13", "2026-11-14", "nov", "2026-1", "2026-11%20"} {
-			requireInvalid(t, b.do(http.MethodGet, "/v1/customers/acme/periods/"+label, ""), "period")
+			p := requireInvalid(t, b.do(http.MethodGet, "/v1/customers/acme/periods/"+label, ""), "period")
+			require.Contains(t, p.Errors["period"], "want a label such as 2026-12", "an example, not the Go layout 2006-01")
 		}
 	})
 

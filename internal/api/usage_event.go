@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -225,22 +226,29 @@ func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 	})
 }
 
-// writeBatchProblem answers a rejected batch with each failing item's error.
+// writeBatchProblem answers a rejected batch with the errors of its first
+// problemItemsMax failing items, each listing at most itemErrorsMax field
+// problems, and counts the others.
 func writeBatchProblem(logger *slog.Logger, w http.ResponseWriter, r *http.Request, itemErrs map[int]error) {
 	p := problem{Status: http.StatusConflict, Code: "batch_rejected",
 		Detail: fmt.Sprintf("%d events were rejected, so none of the batch was recorded; fix them and send the whole batch again", len(itemErrs))}
-	for i, err := range itemErrs {
-		ip, ok := problemFor(err)
+	for _, i := range slices.Sorted(maps.Keys(itemErrs)) {
+		ip, ok := problemFor(itemErrs[i])
 		if !ok {
-			writeInternal(logger, w, r, err)
+			writeInternal(logger, w, r, itemErrs[i])
 			return
 		}
 		if ip.Status == http.StatusUnprocessableEntity {
 			p.Status = http.StatusUnprocessableEntity
 		}
-		p.Items = append(p.Items, itemProblem{Index: i, Status: ip.Status, Code: ip.Code, Detail: ip.Detail, Errors: ip.Errors})
+		if len(p.Items) == problemItemsMax {
+			p.Omitted++
+			continue
+		}
+		errs, omitted := fieldsListed(ip.Errors, itemErrorsMax)
+		p.Items = append(p.Items, itemProblem{Index: i, Status: ip.Status, Code: ip.Code, Detail: ip.Detail,
+			Errors: errs, Omitted: ip.Omitted + omitted})
 	}
-	sort.Slice(p.Items, func(a, b int) bool { return p.Items[a].Index < p.Items[b].Index })
 	writeProblem(w, r, p)
 }
 

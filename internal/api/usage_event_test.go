@@ -259,7 +259,9 @@ func TestUsageEventCreate(t *testing.T) {
 		_, b := setup(t, setupOpts{})
 		// October closed at 2026-11-01T01:00Z; the clock is at 2026-11-14.
 		body := `{"customer_id":"acme","event_id":"late","amount_cents":1,"occurred_at":"2026-10-31T23:00:00Z"}`
-		requireProblem(t, b.requireEventRejected(t, body), http.StatusConflict, "period_closed")
+		p := requireProblem(t, b.requireEventRejected(t, body), http.StatusConflict, "period_closed")
+		require.Contains(t, p.Detail, "period 2026-10 of customer acme stopped taking events at 2026-11-01T01:00:00Z")
+		require.Contains(t, p.Detail, "post the event again with an occurred_at in a period still open, such as now (2026-11-14T10:30:00Z)")
 	})
 
 	t.Run("OccurredAtInFuture", func(t *testing.T) {
@@ -292,11 +294,13 @@ func TestUsageEventCreate(t *testing.T) {
 		ctx, b := setup(t, setupOpts{})
 		first := b.postEvent(eventJSON("e1", 100))
 		require.Equal(t, http.StatusCreated, first.Code)
-		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = now()`)
+		_, err := b.Pool.Exec(ctx, `UPDATE billing.periods SET status = 'closed', closed_at = '2026-11-14T10:00:00Z'`)
 		require.NoError(t, err)
 
 		p := requireProblem(t, b.requireEventRejected(t, eventJSON("e2", 100)), http.StatusConflict, "period_closed")
-		require.Contains(t, p.Detail, "2026-11")
+		require.Contains(t, p.Detail, "period 2026-11 of customer acme was closed at 2026-11-14T10:00:00Z")
+		require.NotContains(t, p.Detail, "2026-12-01T01:00:00Z", "not its scheduled close time")
+		require.Contains(t, p.Detail, "or without occurred_at (it defaults to now)")
 
 		// An acknowledged event still replays.
 		replay := b.postEvent(eventJSON("e1", 100))

@@ -110,7 +110,18 @@ func (l *Ledger) APIKeyCreate(ctx context.Context, name string, scopes []Scope) 
 	}
 	prefix := "tly_" + hex.EncodeToString(prefixBytes)
 	secret := prefix + "_" + base64.RawURLEncoding.EncodeToString(secretBytes)
+	key, err := l.apiKeyInsert(ctx, name, scopes, prefix, secret)
+	if err != nil {
+		return "", nil, err
+	}
+	return secret, key, nil
+}
 
+// apiKeyInsert stores the key name with scopes, prefix and secret, and drops
+// the secret from this Ledger's unknown secrets (a secret is random and new,
+// so only one sent before its key existed can be there). Other replicas may
+// refuse such a secret for up to Config.APIKeyCacheTTL.
+func (l *Ledger) apiKeyInsert(ctx context.Context, name string, scopes []Scope, prefix, secret string) (*APIKey, error) {
 	strScopes := make([]string, len(scopes))
 	for i, s := range scopes {
 		strScopes[i] = string(s)
@@ -120,16 +131,19 @@ INSERT INTO billing.api_keys (name, key_prefix, secret_sha256, scopes, created_a
 VALUES ($1, $2, $3, $4, $5)
 RETURNING `+apiKeyColumns, name, prefix, hashSecret(secret), strScopes, l.now()))
 	if err != nil {
-		return "", nil, fmt.Errorf("error creating API key %q: %w", name, err)
+		return nil, fmt.Errorf("error creating API key %q: %w", name, err)
 	}
-	return secret, key, nil
+	l.apiKeys.forgetUnknown(sha256.Sum256([]byte(secret)))
+	return key, nil
 }
 
 // APIKeyAuthenticate returns the live key whose secret is secret, or
-// ErrUnauthenticated. A key found live is trusted for Config.APIKeyCacheTTL
-// without reading Postgres again (so a key revoked by another process stops
-// working within that time). It refreshes the key's last_used_at at most
-// once per minute.
+// ErrUnauthenticated. What it reads is trusted for Config.APIKeyCacheTTL
+// without reading Postgres again: a key found live (so a key revoked by
+// another process keeps working that long), and a secret found unknown or
+// revoked (so a flood of one bad secret costs one query per TTL; at most
+// apiKeyUnknownMax such secrets are remembered). It refreshes the key's
+// last_used_at at most once per minute.
 func (l *Ledger) APIKeyAuthenticate(ctx context.Context, secret string) (*APIKey, error) {
 	if !strings.HasPrefix(secret, "tly_") {
 		return nil, ErrUnauthenticated
@@ -139,10 +153,14 @@ func (l *Ledger) APIKeyAuthenticate(ctx context.Context, secret string) (*APIKey
 	if key, ok := l.apiKeys.get(hash, now); ok {
 		return key, nil
 	}
+	if l.apiKeys.isUnknown(hash, now) {
+		return nil, ErrUnauthenticated
+	}
 	key, err := scanAPIKey(l.pool.QueryRow(ctx, `
 SELECT `+apiKeyColumns+` FROM billing.api_keys
 WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hash[:]))
 	if errors.Is(err, pgx.ErrNoRows) {
+		l.apiKeys.putUnknown(hash, now, l.config.APIKeyCacheTTL)
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {

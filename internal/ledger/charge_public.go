@@ -12,6 +12,8 @@ type PublicCharge struct {
 	AmountCents           int64      `json:"amount_cents"`
 	Currency              string     `json:"currency"`
 	EventCount            int64      `json:"event_count"`
+	CarriedInCents        int64      `json:"carried_in_cents"`
+	CarriedInto           *int64     `json:"carried_into"`
 	StripeCustomerID      string     `json:"stripe_customer_id"`
 	StripePaymentMethodID *string    `json:"stripe_payment_method_id"`
 	StripePaymentIntentID *string    `json:"stripe_payment_intent_id"`
@@ -51,7 +53,8 @@ func (c *Charge) Public() PublicCharge {
 	}
 	return PublicCharge{
 		ID: c.ID, CustomerID: c.CustomerID, Period: c.Period, Status: string(c.Status), AmountCents: c.AmountCents,
-		Currency: c.Currency, EventCount: c.EventCount, StripeCustomerID: c.StripeCustomerID,
+		Currency: c.Currency, EventCount: c.EventCount, CarriedInCents: c.CarriedInCents, CarriedInto: c.CarriedInto,
+		StripeCustomerID:      c.StripeCustomerID,
 		StripePaymentMethodID: c.StripePaymentMethodID, StripePaymentIntentID: c.StripePaymentIntentID,
 		StripeChargeID: c.StripeChargeID, ChargeKey: c.ChargeKey, KeyGeneration: c.KeyGeneration,
 		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage, HeldReason: held,

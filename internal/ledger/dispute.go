@@ -23,7 +23,7 @@ type Dispute struct {
 	Currency              string
 	Reason                *string
 	StripeCreatedAt       time.Time
-	Status                string
+	Status                string // "" when no event showed one
 
 	// EvidenceDueBy is when Stripe needs the evidence, as the current status's
 	// event showed it.
@@ -44,7 +44,7 @@ type Dispute struct {
 // disputeColumns are the columns of billing.disputes_current that
 // scanDispute reads, in its order.
 const disputeColumns = `stripe_dispute_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
-       currency, reason, stripe_created_at, status, evidence_due_by, status_event_id, status_event_type,
+       currency, reason, stripe_created_at, coalesce(status, ''), evidence_due_by, status_event_id, status_event_type,
        status_observed_at, funds_withdrawn_at, funds_reinstated_at`
 
 // scanDispute reads a Dispute from a row of disputeColumns.
@@ -95,4 +95,20 @@ FROM billing.disputes_current WHERE stripe_dispute_id = $1`, stripeDisputeID))
 		return nil, fmt.Errorf("error reading dispute %s: %w", stripeDisputeID, err)
 	}
 	return d, nil
+}
+
+// DisputeListByCharge returns the disputes of charge chargeID with their
+// current status, oldest first (by Stripe's created); none when the charge
+// has none or does not exist.
+func (l *Ledger) DisputeListByCharge(ctx context.Context, chargeID int64) ([]*Dispute, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+disputeColumns+`
+FROM billing.disputes_current WHERE charge_id = $1 ORDER BY stripe_created_at, stripe_dispute_id`, chargeID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading disputes of charge %d: %w", chargeID, err)
+	}
+	disputes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Dispute, error) { return scanDispute(r) })
+	if err != nil {
+		return nil, fmt.Errorf("error reading disputes of charge %d: %w", chargeID, err)
+	}
+	return disputes, nil
 }

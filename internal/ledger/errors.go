@@ -75,6 +75,8 @@ const (
 
 	// ConflictPeriodClosed: the event's billing period is closed (or past
 	// its close time) and its charge is computed; the event cannot be added.
+	// Post it with an occurred_at in a period still open (or none: now),
+	// whose charge then counts it.
 	ConflictPeriodClosed = "period_closed"
 
 	// ConflictChargeNotHeld: approve and resolve act on held charges only

@@ -46,3 +46,20 @@ var (
 	LaterExec = laterExec
 	LaterRow  = laterRow
 )
+
+// APIKeyUnknownMax is how many unknown secrets a Ledger remembers.
+const APIKeyUnknownMax = apiKeyUnknownMax
+
+// APIKeyCreateWithSecret creates a key as APIKeyCreate does, with secret
+// (tly_<10 hex>_…) instead of a random one: a test can send the secret
+// before its key exists.
+func (l *Ledger) APIKeyCreateWithSecret(ctx context.Context, name string, scopes []Scope, secret string) (*APIKey, error) {
+	return l.apiKeyInsert(ctx, name, scopes, secret[:len("tly_")+10], secret)
+}
+
+// APIKeyUnknownCached returns how many unknown secrets l remembers.
+func (l *Ledger) APIKeyUnknownCached() int {
+	l.apiKeys.mu.Lock()
+	defer l.apiKeys.mu.Unlock()
+	return len(l.apiKeys.unknown)
+}

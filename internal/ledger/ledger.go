@@ -118,8 +118,9 @@ type Config struct {
 	// NamespaceDefault.
 	Namespace string
 
-	// APIKeyCacheTTL is how long an authenticated API key is trusted
-	// without reading Postgres again. Default APIKeyCacheTTLDefault.
+	// APIKeyCacheTTL is how long an authenticated API key is trusted, and
+	// an unknown or revoked secret refused, without reading Postgres again.
+	// Default APIKeyCacheTTLDefault.
 	APIKeyCacheTTL time.Duration
 
 	// WebhooksAllow are the non-public networks webhook endpoints may point

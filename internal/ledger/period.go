@@ -67,14 +67,19 @@ func (c Cadence) Bounds(t time.Time) Bounds {
 }
 
 // ParseLabel returns the period named label (2026-11, 2026-11-30 or
-// 2026-11-30T13, by cadence), or an error showing the expected form.
+// 2026-11-30T13, by cadence), or an error showing an example of the expected
+// form (never the Go layout, which reads as a date of 2006).
 func (c Cadence) ParseLabel(label string) (Bounds, error) {
 	t, err := time.Parse(c.layout(), label)
 	if err != nil || t.Format(c.layout()) != label {
-		return Bounds{}, fmt.Errorf("period %q is not a %s period: want the form %s", label, c, c.layout())
+		return Bounds{}, fmt.Errorf("period %q is not a %s period: want a label such as %s", label, c, c.Bounds(labelExample).Label)
 	}
 	return c.Bounds(t), nil
 }
+
+// labelExample is the time whose period labels messages show as examples:
+// 2026-12, 2026-12-03, 2026-12-03T17.
+var labelExample = time.Date(2026, 12, 3, 17, 4, 5, 0, time.UTC)
 
 // Period statuses.
 const (

@@ -53,13 +53,7 @@ func (l *Ledger) periodsOpenTx(ctx context.Context, tx pgx.Tx, now time.Time, ev
 			}
 		}
 		if state == nil || state.status != PeriodOpen || !now.Before(state.closesAt) {
-			closesAt := byPeriod[k][0].periodBound.EndsAt.Add(l.config.CloseGrace)
-			if state != nil {
-				closesAt = state.closesAt
-			}
-			errs[k] = &ConflictError{Code: ConflictPeriodClosed, Detail: fmt.Sprintf(
-				"period %s of customer %s closed at %s and its charge is computed; "+
-					"events for it can no longer be added", k.period, k.customerID, closesAt.Format(time.RFC3339))}
+			errs[k] = periodClosedError(k, state, byPeriod[k][0].periodBound.EndsAt.Add(l.config.CloseGrace), now)
 			continue
 		}
 		for _, ev := range byPeriod[k] {
@@ -69,10 +63,36 @@ func (l *Ledger) periodsOpenTx(ctx context.Context, tx pgx.Tx, now time.Time, ev
 	return errs, nil
 }
 
+// periodClosedError is the period_closed conflict of an event for period k,
+// whose row is state (nil: never created, its close time closesAt passed),
+// at now. It says when the period really stopped taking events (its
+// closed_at; else its close time) and how to bill the event instead: no
+// usage can be added to a closed period (there is no adjustment of a
+// computed charge), so the event goes into an open one, whose charge counts
+// it.
+func periodClosedError(k periodKey, state *periodState, closesAt, now time.Time) *ConflictError {
+	var when string
+	switch {
+	case state == nil:
+		when = fmt.Sprintf("stopped taking events at %s (its end plus the close grace); it has no events and no charge",
+			closesAt.Format(time.RFC3339))
+	case state.closedAt != nil:
+		when = fmt.Sprintf("was closed at %s and its charge is computed", state.closedAt.Format(time.RFC3339))
+	default:
+		when = fmt.Sprintf("stopped taking events at its close time, %s, and is being closed and charged",
+			state.closesAt.Format(time.RFC3339))
+	}
+	return &ConflictError{Code: ConflictPeriodClosed, Detail: fmt.Sprintf(
+		"period %s of customer %s %s; events for it can no longer be added. To bill this usage, post the event "+
+			"again with an occurred_at in a period still open, such as now (%s), or without occurred_at (it "+
+			"defaults to now): that period's charge counts it", k.period, k.customerID, when, now.Format(time.RFC3339))}
+}
+
 // periodState is a period row as ingest reads it under its lock.
 type periodState struct {
 	status, currency string
 	closesAt         time.Time
+	closedAt         *time.Time // set once closed
 }
 
 // periodsLockTx locks FOR KEY SHARE, in (customer, period) byte order, the
@@ -86,7 +106,7 @@ func periodsLockTx(ctx context.Context, tx pgx.Tx, keys []periodKey) (map[period
 		customers[i], periods[i] = k.customerID, k.period
 	}
 	rows, err := tx.Query(ctx, `
-SELECT p.customer_id, p.period, p.status, p.currency, p.closes_at
+SELECT p.customer_id, p.period, p.status, p.currency, p.closes_at, p.closed_at
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
 JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
 ORDER BY p.customer_id COLLATE "C", p.period COLLATE "C"
@@ -97,7 +117,7 @@ FOR KEY SHARE OF p`, planFresh, customers, periods)
 	locked := make(map[periodKey]*periodState, len(keys))
 	var k periodKey
 	var st periodState
-	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.period, &st.status, &st.currency, &st.closesAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.period, &st.status, &st.currency, &st.closesAt, &st.closedAt}, func() error {
 		s := st
 		locked[k] = &s
 		return nil

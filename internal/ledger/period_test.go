@@ -90,3 +90,29 @@ func TestPeriodListPage(t *testing.T) {
 		require.Equal(t, labels(all), labels(listed))
 	})
 }
+
+// A malformed period label is refused with an example of the cadence's
+// labels, never the Go layout (2006-01-02T15), which reads as a date.
+func TestCadenceParseLabel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cadence      ledger.Cadence
+		good, bad    string
+		wantExample  string
+		startsAtHour int
+	}{
+		{ledger.CadenceMonth, "2026-11", "2026-13", "such as 2026-12", 0},
+		{ledger.CadenceDay, "2026-11-30", "2026-11", "such as 2026-12-03", 0},
+		{ledger.CadenceHour, "2026-11-30T13", "2026-11-30T1", "such as 2026-12-03T17", 13},
+	} {
+		b, err := tc.cadence.ParseLabel(tc.good)
+		require.NoError(t, err)
+		require.Equal(t, tc.good, b.Label)
+		require.Equal(t, tc.startsAtHour, b.StartsAt.Hour())
+
+		_, err = tc.cadence.ParseLabel(tc.bad)
+		require.ErrorContains(t, err, tc.wantExample)
+		require.NotContains(t, err.Error(), "2006")
+		require.NotContains(t, err.Error(), "01-02")
+	}
+}

@@ -22,7 +22,7 @@ type Refund struct {
 	Currency              string
 	Reason                *string
 	StripeCreatedAt       time.Time
-	Status                string
+	Status                string // "" when no event showed one
 	FailureReason         *string
 
 	// StatusEventID and StatusEventType are the Stripe event that showed
@@ -35,7 +35,7 @@ type Refund struct {
 // refundColumns are the columns of billing.refunds_current that scanRefund
 // reads, in its order.
 const refundColumns = `stripe_refund_id, charge_id, stripe_charge_id, stripe_payment_intent_id, amount_cents,
-       currency, reason, stripe_created_at, status, failure_reason, status_event_id, status_event_type,
+       currency, reason, stripe_created_at, coalesce(status, ''), failure_reason, status_event_id, status_event_type,
        status_observed_at`
 
 // scanRefund reads a Refund from a row of refundColumns.
@@ -104,4 +104,20 @@ FROM billing.refunds_current WHERE stripe_refund_id = $1`, stripeRefundID))
 		return nil, fmt.Errorf("error reading refund %s: %w", stripeRefundID, err)
 	}
 	return r, nil
+}
+
+// RefundListByCharge returns the refunds of charge chargeID with their
+// current status, oldest first (by Stripe's created); none when the charge
+// has none or does not exist.
+func (l *Ledger) RefundListByCharge(ctx context.Context, chargeID int64) ([]*Refund, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+refundColumns+`
+FROM billing.refunds_current WHERE charge_id = $1 ORDER BY stripe_created_at, stripe_refund_id`, chargeID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading refunds of charge %d: %w", chargeID, err)
+	}
+	refunds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return nil, fmt.Errorf("error reading refunds of charge %d: %w", chargeID, err)
+	}
+	return refunds, nil
 }

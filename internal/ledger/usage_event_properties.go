@@ -59,7 +59,7 @@ func UsageEventProperties(raw json.RawMessage) ([]byte, error) {
 		return nil, invalid("properties", "must be a JSON object")
 	}
 	w := propertiesWalk{}
-	w.walk(obj, "properties")
+	w.walk(obj)
 	if w.nul {
 		return nil, invalid("properties", "must not contain the NUL character (\\u0000) in keys or strings")
 	}
@@ -79,15 +79,26 @@ func UsageEventProperties(raw json.RawMessage) ([]byte, error) {
 
 // propertiesWalk checks a decoded properties object: NUL characters, the
 // first number out of bounds (in key order), and by how many bytes the
-// numbers grow when Postgres writes them out.
+// numbers grow when Postgres writes them out. It keeps the path to the value
+// it walks as a stack of steps, and writes it out only for a bad number: a
+// path written at every level would cost the square of the depth (5,000
+// levels of 32-byte keys, 412 MB).
 type propertiesWalk struct {
+	path       []propertyStep
 	nul        bool
 	badField   string
 	badMessage string
 	growth     int
 }
 
-func (w *propertiesWalk) walk(v any, path string) {
+// propertyStep is one step of a path into properties: a key, or an index
+// into an array when key is empty and index not negative.
+type propertyStep struct {
+	key   string
+	index int
+}
+
+func (w *propertiesWalk) walk(v any) {
 	if w.nul || w.badField != "" {
 		return
 	}
@@ -97,7 +108,7 @@ func (w *propertiesWalk) walk(v any, path string) {
 	case json.Number:
 		stored, msg := propertyNumber(string(v))
 		if msg != "" {
-			w.badField, w.badMessage = path, msg
+			w.badField, w.badMessage = w.pathString(), msg
 			return
 		}
 		w.growth += stored - len(v)
@@ -112,28 +123,47 @@ func (w *propertiesWalk) walk(v any, path string) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			w.walk(v[k], propertyPath(path, k))
+			w.path = append(w.path, propertyStep{key: k, index: -1})
+			w.walk(v[k])
+			w.path = w.path[:len(w.path)-1]
 		}
 	case []any:
 		for i, e := range v {
-			w.walk(e, path+"["+strconv.Itoa(i)+"]")
+			w.path = append(w.path, propertyStep{index: i})
+			w.walk(e)
+			w.path = w.path[:len(w.path)-1]
 		}
 	}
 }
 
+// pathString writes out the path walked: properties, then .key, ["key"] or
+// [index] per step.
+func (w *propertiesWalk) pathString() string {
+	var sb strings.Builder
+	sb.WriteString("properties")
+	for _, step := range w.path {
+		if step.index >= 0 {
+			sb.WriteString("[" + strconv.Itoa(step.index) + "]")
+		} else {
+			sb.WriteString(propertyStepKey(step.key))
+		}
+	}
+	return sb.String()
+}
+
 var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 
-// propertyPath names key inside path: path.key, or path["key"] when the key
-// is not a plain name. Keys are cut at 64 bytes.
-func propertyPath(path, key string) string {
+// propertyStepKey names a step to key: .key, or ["key"] when the key is not
+// a plain name. Keys are cut at 64 bytes.
+func propertyStepKey(key string) string {
 	if plainKey.MatchString(key) && len(key) <= 64 {
-		return path + "." + key
+		return "." + key
 	}
 	if len(key) > 64 {
 		key = strings.ToValidUTF8(key[:64], "") + "…"
 	}
 	quoted, _ := json.Marshal(key)
-	return path + "[" + string(quoted) + "]"
+	return "[" + string(quoted) + "]"
 }
 
 // propertyNumber checks the JSON number s against what a float64 holds and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -76,6 +77,25 @@ func TestUsageEventProperties(t *testing.T) {
 			require.True(t, strings.HasPrefix(field, `properties["kkkk`), field)
 		}
 	})
+}
+
+// TestUsageEventPropertiesDeepPath requires that a bad number deep in
+// properties costs memory in proportion to the body: its path written at
+// every level allocated 412 MB for these 185 KB. It measures the process's
+// allocations, so it runs alone (not in parallel).
+func TestUsageEventPropertiesDeepPath(t *testing.T) {
+	key := strings.Repeat("p", 32)
+	raw := strings.Repeat(`{"`+key+`":`, 5000) + "1e999" + strings.Repeat("}", 5000)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ledger.UsageEventProperties(json.RawMessage(raw))
+	runtime.ReadMemStats(&after)
+
+	var ve *ledger.ValidationError
+	require.ErrorAs(t, err, &ve)
+	want := "properties" + strings.Repeat("."+key, 5000)
+	require.Contains(t, ve.Fields, want)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "bytes allocated for %d bytes of properties", len(raw))
 }
 
 // TestUsageEventRecordPropertiesSize checks the 16 KiB bound against what

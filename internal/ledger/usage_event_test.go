@@ -246,6 +246,49 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 		require.Equal(t, int64(1), b.eventCount(t))
 	})
 
+	t.Run("PeriodClosedSaysWhenAndWhatToDo", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		detail := func(t *testing.T, p ledger.UsageEventParams) string {
+			t.Helper()
+			_, err := b.Ledger.UsageEventRecord(ctx, p)
+			var ce *ledger.ConflictError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, ledger.ConflictPeriodClosed, ce.Code)
+			now := b.Clock.Now().UTC().Format(time.RFC3339)
+			require.Contains(t, ce.Detail, "post the event again with an occurred_at in a period still open, such as now ("+now+
+				"), or without occurred_at (it defaults to now): that period's charge counts it")
+			return ce.Detail
+		}
+		_, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+
+		// November is open past its close time (2026-12-01T01:00Z): its
+		// charge job has not run yet.
+		b.Clock.Set(time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC))
+		nov := time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC)
+		late := event("late", 100)
+		late.OccurredAt = &nov
+		require.Contains(t, detail(t, late), "period 2026-11 of customer acme stopped taking events at its close time, "+
+			"2026-12-01T01:00:00Z, and is being closed and charged; events for it can no longer be added.")
+
+		// Closed at 02:30, an hour and a half after its close time: the
+		// message names when it was closed.
+		b.Clock.Set(time.Date(2026, 12, 1, 2, 30, 0, 0, time.UTC))
+		_, err = b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "job:1/1"})
+		require.NoError(t, err)
+		b.Clock.Set(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+		d := detail(t, late)
+		require.Contains(t, d, "period 2026-11 of customer acme was closed at 2026-12-01T02:30:00Z and its charge is computed")
+		require.NotContains(t, d, "01:00:00Z", "not its scheduled close time")
+
+		// October was never opened, and its close time passed.
+		oct := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+		late.OccurredAt = &oct
+		require.Contains(t, detail(t, late), "period 2026-10 of customer acme stopped taking events at 2026-11-01T01:00:00Z "+
+			"(its end plus the close grace); it has no events and no charge")
+	})
+
 	t.Run("PeriodPastCloseTimeIsNotCreated", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
