@@ -23,19 +23,8 @@ import (
 func TestRecover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, url := testdb.New(t)
-	client, err := jobs.NewInsertClient(pool, nil)
-	require.NoError(t, err)
-	l, err := ledger.New(pool, ledger.Config{Scheduler: jobs.Scheduler{Client: client}})
-	require.NoError(t, err)
-	sim := stripesim.New(stripesim.Config{})
-	t.Cleanup(sim.Close)
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
-	env := func(k string) string {
-		return map[string]string{"DATABASE_URL": url, "STRIPE_API_KEY": "sk_test_recover", "STRIPE_API_BASE": srv.URL}[k]
-	}
-	s := stripeapi.New(stripeapi.Config{APIKey: "sk_test_recover", BaseURL: srv.URL})
+	b := newRecoverBundle(t, nil)
+	l, env, s := b.l, b.env, b.stripe
 
 	// Closed, pending charges: "paid" was charged before the restore and
 	// Stripe has its PaymentIntent; "twice" has two; "fresh" has none.
