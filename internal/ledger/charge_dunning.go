@@ -199,7 +199,7 @@ func (l *Ledger) ChargeRetryBegin(ctx context.Context, claim *Claim, p ChargeRet
 		if err != nil {
 			return err
 		}
-		if c.Status != ChargePastDue || c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
+		if c.Status != ChargePastDue || !claim.holds(c) {
 			return ErrLeaseLost
 		}
 		// The kill switch again: the cancels since the claim took time.
@@ -272,7 +272,7 @@ func (l *Ledger) ChargeCancelFinish(ctx context.Context, claim *Claim, retired [
 		if err != nil {
 			return err
 		}
-		if c.Status != ChargePastDue || c.CancelRequestedAt == nil || c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
+		if c.Status != ChargePastDue || c.CancelRequestedAt == nil || !claim.holds(c) {
 			return ErrLeaseLost
 		}
 		actor, reason := *c.CancelRequestedBy, *c.CancelReason

@@ -57,7 +57,7 @@ func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired 
 			return err
 		}
 		before = c
-		if c.LeaseOwner == nil || *c.LeaseOwner != claim.Owner {
+		if !claim.holds(c) {
 			return ErrLeaseLost
 		}
 
@@ -125,4 +125,9 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, add, now))
 		return nil, err
 	}
 	return updated, nil
+}
+
+// holds reports whether c, read under its lock, is still leased by claim.
+func (claim *Claim) holds(c *Charge) bool {
+	return c.LeaseOwner != nil && *c.LeaseOwner == claim.Owner
 }
