@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -658,12 +657,12 @@ func TestChargeGet(t *testing.T) {
 				FailureReason: "expired_or_canceled_card"},
 		} {
 			p.StripeChargeID, p.StripePaymentIntentID, p.Currency, p.CreatedAt, p.EventCreatedAt = "ch_1", "pi_1", "usd", created, created
-			require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			require.NoError(t, b.Ledger.InTx(ctx, func(tx *ledger.Tx) error {
 				_, err := b.Ledger.RefundRecordTx(ctx, tx, p)
 				return err
 			}))
 		}
-		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		require.NoError(t, b.Ledger.InTx(ctx, func(tx *ledger.Tx) error {
 			_, err := b.Ledger.DisputeRecordTx(ctx, tx, ledger.ChargeAdjustmentParams{
 				StripeID: "dp_1", StripeChargeID: "ch_1", StripePaymentIntentID: "pi_1", AmountCents: 1030, Currency: "usd",
 				Status: "needs_response", Reason: "fraudulent", CreatedAt: created, EventID: "evt_4",

@@ -421,7 +421,7 @@ func (r *chargeRun) call(ctx context.Context) step {
 func (r *chargeRun) record(ctx context.Context) step {
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	c, err := r.w.ledger.ChargeRecordOutcome(recordCtx, r.lease, r.outcome, r.actor, func(ctx context.Context, tx pgx.Tx) error {
+	c, err := r.w.ledger.ChargeRecordOutcome(recordCtx, r.lease, r.outcome, r.actor, func(ctx context.Context, tx *ledger.Tx) error {
 		if err := r.w.crash(crashBeforeComplete); err != nil {
 			return err
 		}
@@ -482,12 +482,9 @@ func outcomeLog(class ledger.OutcomeClass) (slog.Level, string) {
 // lookup; planning it cost 1.07 ms of Postgres' time per charge, more than
 // any other statement (docs/benchmarks.md). So the rest of tx uses the
 // cached generic plan.
-func (r *chargeRun) completeJob(ctx context.Context, tx pgx.Tx) error {
-	// Sent with the completion, in its round trip.
-	if err := ledger.ExecLater(ctx, tx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-		return fmt.Errorf("error setting the plan cache mode: %w", err)
-	}
-	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, r.job)
+func (r *chargeRun) completeJob(ctx context.Context, tx *ledger.Tx) error {
+	tx.ExecLater(`SET LOCAL plan_cache_mode = force_generic_plan`) // sent with the completion
+	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, pgx.Tx(tx), r.job)
 	return err
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v76"
 
@@ -64,7 +63,7 @@ func (w *StripeEventWorker) Work(ctx context.Context, job *river.Job[StripeEvent
 	return w.ledger.StripeEventHandle(ctx, job.Args.EventID, w.handle)
 }
 
-func (w *StripeEventWorker) handle(ctx context.Context, tx pgx.Tx, ev *ledger.StripeEvent) (string, string, error) {
+func (w *StripeEventWorker) handle(ctx context.Context, tx *ledger.Tx, ev *ledger.StripeEvent) (string, string, error) {
 	var e stripe.Event
 	if err := json.Unmarshal(ev.Payload, &e); err != nil {
 		return "", "", fmt.Errorf("error decoding event: %w", err)

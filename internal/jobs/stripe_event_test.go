@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76/webhook"
 
@@ -124,7 +123,7 @@ func TestStripeWebhooks(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		require.Equal(t, ledger.StripeEventReceived, b.eventStatus(t, ctx, "evt_crash"))
 		// A processing attempt dies half-way: nothing it did is kept.
-		err := b.Ledger.StripeEventHandle(ctx, "evt_crash", func(ctx context.Context, tx pgx.Tx, ev *ledger.StripeEvent) (string, string, error) {
+		err := b.Ledger.StripeEventHandle(ctx, "evt_crash", func(ctx context.Context, tx *ledger.Tx, ev *ledger.StripeEvent) (string, string, error) {
 			_, err := b.Ledger.ChargeReconcileTx(ctx, tx, ledger.ChargeReconcileParams{ChargeID: charge.ID,
 				Outcome: ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: *c.StripePaymentIntentID}, Actor: "test"})
 			require.NoError(t, err)

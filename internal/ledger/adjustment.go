@@ -72,29 +72,21 @@ type adjustmentKind struct {
 // PaymentIntent (ErrNotFound when neither is Tally's); then its status. It
 // reports whether the status row is new.
 //
-// It runs in the caller's transaction (a Stripe event's job) and writes the
-// notification of a new adjustment there (notifyingTx).
-func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, p ChargeAdjustmentParams) (bool, error) {
-	var created bool
-	err := l.notifyingTx(ctx, tx, func(tx pgx.Tx) error {
-		chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
-		if err != nil {
-			return err
-		}
-		created, err = l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
-		return err
-	})
+// It runs in a Stripe event's transaction (StripeEventHandle), which writes
+// the notification of a new adjustment before it commits.
+func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx *Tx, k *adjustmentKind, p ChargeAdjustmentParams) (bool, error) {
+	chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
 	if err != nil {
 		return false, err
 	}
-	return created, nil
+	return l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
 }
 
 // adjustmentRecordChargeTx records what p shows of an adjustment of kind k
 // of charge chargeID in tx: the object unless it is known (once per Stripe
 // id), and the status p shows, if any (once per object and event). It
 // reports whether the status row is new.
-func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
 	now := l.now()
 	var eventID any = nullString(p.EventID)
 	if k.eventIDRequired {
@@ -128,7 +120,7 @@ ON CONFLICT (`+k.idColumn+`) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID
 // one recorded with it when it is known already, else the charge paid by its
 // Stripe charge or PaymentIntent. It returns ErrNotFound when neither is
 // Tally's.
-func adjustmentChargeTx(ctx context.Context, tx pgx.Tx, k *adjustmentKind, p ChargeAdjustmentParams) (int64, error) {
+func adjustmentChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, p ChargeAdjustmentParams) (int64, error) {
 	var id *int64
 	err := tx.QueryRow(ctx, `SELECT charge_id FROM `+k.table+` WHERE `+k.idColumn+` = $1`, p.StripeID).Scan(&id)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

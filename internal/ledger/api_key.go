@@ -181,7 +181,7 @@ WHERE secret_sha256 = $1 AND revoked_at IS NULL`, hash[:]))
 // matches several keys.
 func (l *Ledger) APIKeyRevoke(ctx context.Context, prefixOrName string) (*APIKey, error) {
 	var revoked *APIKey
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		rows, err := tx.Query(ctx, `
 UPDATE billing.api_keys SET revoked_at = $2
 WHERE (key_prefix = $1 OR name = $1) AND revoked_at IS NULL

@@ -148,7 +148,7 @@ func collectCharges(rows pgx.Rows) ([]*Charge, error) {
 
 // chargeGetTx reads the charge of (customerID, period) in tx, without
 // locking it, or returns ErrNotFound.
-func chargeGetTx(ctx context.Context, tx pgx.Tx, customerID, period string) (*Charge, error) {
+func chargeGetTx(ctx context.Context, tx *Tx, customerID, period string) (*Charge, error) {
 	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+`
 FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -159,7 +159,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, customerID, period
 
 // chargeLockTx reads the charge with id in tx and locks it FOR UPDATE until
 // tx ends, or returns ErrNotFound.
-func chargeLockTx(ctx context.Context, tx pgx.Tx, id int64) (*Charge, error) {
+func chargeLockTx(ctx context.Context, tx *Tx, id int64) (*Charge, error) {
 	c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("charge %d", id)
@@ -186,7 +186,7 @@ func (l *Ledger) ChargeGet(ctx context.Context, id int64) (*Charge, error) {
 // ErrNotFound when the period has not closed yet.
 func (l *Ledger) ChargeGetByPeriod(ctx context.Context, customerID, period string) (*Charge, error) {
 	var c *Charge
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		var err error
 		c, err = chargeGetTx(ctx, tx, customerID, period)
 		return err

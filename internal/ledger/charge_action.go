@@ -58,7 +58,7 @@ func checkReason(reason string) error {
 }
 
 // operatorActionTx appends an operator action and returns its id.
-func operatorActionTx(ctx context.Context, tx pgx.Tx, now time.Time, a OperatorAction) (int64, error) {
+func operatorActionTx(ctx context.Context, tx *Tx, now time.Time, a OperatorAction) (int64, error) {
 	if a.Detail == nil {
 		a.Detail = map[string]any{}
 	}
@@ -122,12 +122,12 @@ type ChargeActionParams struct {
 // It refuses (ConflictChargeLeased) while a worker holds the charge's lease:
 // an action never races a Stripe call.
 func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeActionParams, detail map[string]any,
-	act func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error)) (*Charge, error) {
+	act func(tx *Tx, now time.Time, c *Charge) (*Charge, error)) (*Charge, error) {
 	if err := checkReason(p.Reason); err != nil {
 		return nil, err
 	}
 	var before, after *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
@@ -165,7 +165,7 @@ func (l *Ledger) chargeAction(ctx context.Context, action string, p ChargeAction
 // charge or a mismatching PaymentIntent
 // (those are resolved: ChargeResolveRequest).
 func (l *Ledger) ChargeApprove(ctx context.Context, p ChargeActionParams) (*Charge, error) {
-	return l.chargeAction(ctx, ActionApprove, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+	return l.chargeAction(ctx, ActionApprove, p, nil, func(tx *Tx, now time.Time, c *Charge) (*Charge, error) {
 		if c.Status != ChargeHeld {
 			return nil, &ConflictError{Code: ConflictChargeNotHeld, Detail: fmt.Sprintf("charge %d is %s; only a held charge can be approved", c.ID, c.Status)}
 		}
@@ -234,7 +234,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen
 // charge instead. The charge returned is still past_due.
 func (l *Ledger) ChargeCancel(ctx context.Context, p ChargeActionParams) (*Charge, error) {
 	detail := map[string]any{}
-	return l.chargeAction(ctx, ActionCancel, p, detail, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+	return l.chargeAction(ctx, ActionCancel, p, detail, func(tx *Tx, now time.Time, c *Charge) (*Charge, error) {
 		if c.Status == ChargePastDue {
 			detail["state"] = "requested"
 			updated, err := scanCharge(tx.QueryRow(ctx, `
@@ -318,7 +318,7 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 		return nil, err
 	}
 	var after *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
@@ -365,7 +365,7 @@ func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveReques
 // is.
 func (l *Ledger) ChargeResolveSettle(ctx context.Context, job ChargeResolveJob, stripeChargeID string) (*Charge, error) {
 	var charge *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, job.ChargeID)
 		if err != nil {

@@ -14,42 +14,42 @@ import (
 // finished in the one that records its outcome (attemptFinishTx).
 
 // attemptStartTx appends the attempt row of the Stripe call about to be made
-// with the claim's current key, and marks the first use of that key.
-func attemptStartTx(ctx context.Context, tx pgx.Tx, now time.Time, claim *Claim) error {
+// with the claim's current key, and marks the first use of that key. The
+// row's id is read when the transaction sends the insert, with its next
+// statement: the caller sets Claim.AttemptID from it once the transaction
+// committed.
+func attemptStartTx(ctx context.Context, tx *Tx, now time.Time, claim *Claim) (*later[int64], error) {
 	c := claim.Charge
 	var jobID *int64
 	var jobAttempt *int
 	if claim.params.JobID != 0 {
 		jobID, jobAttempt = &claim.params.JobID, &claim.params.JobAttempt
 	}
-	// Its id is read once the transaction sends it, with its next statement
-	// (before the claim commits).
-	if err := laterRow(ctx, tx, func(row pgx.Row) error {
-		if err := row.Scan(&claim.AttemptID); err != nil {
-			return fmt.Errorf("error logging attempt: %w", err)
+	id := queryRowLater(tx, func(row pgx.Row) (int64, error) {
+		var id int64
+		if err := row.Scan(&id); err != nil {
+			return 0, fmt.Errorf("error logging attempt: %w", err)
 		}
-		return nil
+		return id, nil
 	}, `
 INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
                                      river_job_id, river_attempt, started_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now); err != nil {
-		return fmt.Errorf("error logging attempt: %w", err)
-	}
+RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now)
 	if c.GenerationFirstAttemptedAt == nil {
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.ID, now); err != nil {
-			return fmt.Errorf("error marking first use of key: %w", err)
+			return nil, fmt.Errorf("error marking first use of key: %w", err)
 		}
 		c.GenerationFirstAttemptedAt = &now
 	}
-	return nil
+	return id, nil
 }
 
 // attemptFinishTx finishes attempt row id with what the call returned.
-func attemptFinishTx(ctx context.Context, tx pgx.Tx, now time.Time, id int64, o Outcome) error {
+func attemptFinishTx(tx *Tx, now time.Time, id int64, o Outcome) {
 	// Sent with the next statement; the check runs then.
-	err := laterExec(ctx, tx, func(tag pgconn.CommandTag) error {
+	tx.execLater(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("attempt %d is already finished", id)
 		}
@@ -61,8 +61,4 @@ SET finished_at = $2, outcome = $3, http_status = $4, stripe_request_id = $5,
 WHERE id = $1 AND finished_at IS NULL`, id, now, o.Class, nullInt(o.HTTPStatus),
 		nullString(o.StripeRequestID), nullString(o.StripePaymentIntentID), nullString(o.ErrorType),
 		nullString(o.ErrorCode), nullString(o.ErrorMessage))
-	if err != nil {
-		return fmt.Errorf("error finishing attempt %d: %w", id, err)
-	}
-	return nil
 }

@@ -15,7 +15,7 @@ import (
 // chargeCarryForwardTx settles a pending charge below Stripe's minimum as
 // carried_forward: no Stripe call; the customer's next charge bills it
 // (chargeCarriedInTx).
-func chargeCarryForwardTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, reason string) (*Charge, error) {
+func chargeCarryForwardTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, reason string) (*Charge, error) {
 	carried, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
 	if err != nil {
@@ -27,37 +27,38 @@ UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id 
 	return carried, nil
 }
 
+// carriedIn are the charges carried forward that a new charge takes in.
+type carriedIn struct {
+	ids   []int64
+	total int64
+}
+
 // chargeCarriedInTx takes into a new charge of customerID in currency every
 // earlier charge of theirs carried forward and not yet billed: it locks them,
 // and returns their ids and total, for the new charge to add. The caller sets
-// their carried_into (chargeCarriedIntoTx) once the new charge exists.
-//
-// The statement is sent with the transaction's next one (laterRows): *ids
-// and *total are filled in then.
-func chargeCarriedInTx(ctx context.Context, tx pgx.Tx, customerID, currency string, ids *[]int64, total *int64) error {
-	*ids, *total = nil, 0
-	err := laterRows(ctx, tx, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id, amount int64
-			if err := rows.Scan(&id, &amount); err != nil {
-				return fmt.Errorf("error finding carried charges: %w", err)
-			}
-			*ids, *total = append(*ids, id), *total+amount
+// their carried_into (chargeCarriedIntoTx) once the new charge exists. The
+// statement is sent with the transaction's next one.
+func chargeCarriedInTx(tx *Tx, customerID, currency string) *later[carriedIn] {
+	return queryLater(tx, func(rows pgx.Rows) (carriedIn, error) {
+		var in carriedIn
+		var id, amount int64
+		_, err := pgx.ForEachRow(rows, []any{&id, &amount}, func() error {
+			in.ids, in.total = append(in.ids, id), in.total+amount
+			return nil
+		})
+		if err != nil {
+			return carriedIn{}, fmt.Errorf("error finding carried charges: %w", err)
 		}
-		return rows.Err()
+		return in, nil
 	}, `
 SELECT id, amount_cents FROM billing.charges
 WHERE customer_id = $1 AND currency = $2 AND status = 'carried_forward' AND carried_into IS NULL
 ORDER BY id FOR UPDATE`, customerID, currency)
-	if err != nil {
-		return fmt.Errorf("error finding carried charges: %w", err)
-	}
-	return nil
 }
 
 // chargeCarriedIntoTx records that charge into bills the carried charges ids,
 // with a transition (status unchanged) on each.
-func chargeCarriedIntoTx(ctx context.Context, tx pgx.Tx, now time.Time, ids []int64, into int64, actor string) error {
+func chargeCarriedIntoTx(ctx context.Context, tx *Tx, now time.Time, ids []int64, into int64, actor string) error {
 	for _, id := range ids {
 		if _, err := tx.Exec(ctx, `UPDATE billing.charges SET carried_into = $2, updated_at = $3 WHERE id = $1`, id, into, now); err != nil {
 			return fmt.Errorf("error carrying charge %d into %d: %w", id, into, err)

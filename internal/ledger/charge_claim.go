@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // LeaseHeldError is returned by ChargeClaim when another worker holds the
@@ -116,7 +114,7 @@ type Claim struct {
 // operator has paused charging (the kill switch).
 func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, error) {
 	var cl claimed
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		c, err := chargeLockTx(ctx, tx, p.ChargeID)
 		if err != nil {
 			return err
@@ -131,13 +129,14 @@ func (l *Ledger) ChargeClaim(ctx context.Context, p ChargeClaimParams) (*Claim, 
 // carried forward the charge.
 type claimed struct {
 	claim         *Claim
+	attempt       *later[int64] // the id of the claim's attempt row, if it has one
 	held, carried *Charge
 }
 
 // chargeClaimTx is ChargeClaim's work in tx on charge c, locked FOR UPDATE
 // by the caller. It returns a *LeaseHeldError or ErrChargingPaused before
 // writing anything, so a caller may still commit what it wrote before.
-func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, p ChargeClaimParams) (claimed, error) {
+func (l *Ledger) chargeClaimTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, p ChargeClaimParams) (claimed, error) {
 	retry := c.Status == ChargePastDue && !c.NextRetryAt.After(now)
 	if !c.Status.Chargeable() && !retry {
 		return claimed{}, nil
@@ -150,10 +149,7 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx pgx.Tx, now time.Time, c 
 	var reads *guardReads
 	if !c.BudgetReserved && !canceling {
 		// Queued: they go with the kill switch's read.
-		var err error
-		if reads, err = l.chargeGuardReadsTx(ctx, tx, c); err != nil {
-			return claimed{}, err
-		}
+		reads = l.chargeGuardReadsTx(tx, c)
 	}
 	if err := l.chargingPausedTx(ctx, tx); err != nil {
 		return claimed{}, err
@@ -212,7 +208,8 @@ RETURNING `+chargeColumns, c.ID, p.Owner, p.LeaseTTL.Seconds(), now, nullString(
 	if claim.Lookup {
 		return claimed{claim: claim}, nil
 	}
-	return claimed{claim: claim}, attemptStartTx(ctx, tx, now, claim)
+	attempt, err := attemptStartTx(ctx, tx, now, claim)
+	return claimed{claim: claim, attempt: attempt}, err
 }
 
 // claimDone finishes a claim once its transaction ended with err: it alerts
@@ -234,6 +231,11 @@ func (l *Ledger) claimDone(ctx context.Context, cl claimed, p ChargeClaimParams,
 	if c := cl.carried; c != nil {
 		l.logger.InfoContext(ctx, "charge carried forward: below Stripe's minimum", "charge_id", c.ID,
 			"customer_id", c.CustomerID, "period", c.Period, "amount_cents", c.AmountCents, "currency", c.Currency)
+	}
+	if cl.attempt != nil {
+		if cl.claim.AttemptID, err = cl.attempt.get(ctx); err != nil {
+			return nil, fmt.Errorf("error claiming charge %d: %w", p.ChargeID, err)
+		}
 	}
 	return cl.claim, nil
 }

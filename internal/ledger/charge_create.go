@@ -4,20 +4,14 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // chargeCreateTx sums the closed period, whose currency is currency, and
 // inserts its charge.
-func chargeCreateTx(ctx context.Context, tx pgx.Tx, p PeriodCloseParams, namespace, currency string, now time.Time) (*Charge, error) {
+func chargeCreateTx(ctx context.Context, tx *Tx, p PeriodCloseParams, namespace, currency string, now time.Time) (*Charge, error) {
 	// Earlier charges carried forward (below Stripe's minimum) are billed
 	// with this one: read (and locked) with the sum, in its round trip.
-	var carriedIDs []int64
-	var carried int64
-	if err := chargeCarriedInTx(ctx, tx, p.CustomerID, currency, &carriedIDs, &carried); err != nil {
-		return nil, err
-	}
+	carriedIn := chargeCarriedInTx(tx, p.CustomerID, currency)
 	var count, total int64
 	var stripeCustomer string
 	var paymentMethod *string
@@ -34,6 +28,11 @@ GROUP BY p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
 	if err != nil {
 		return nil, fmt.Errorf("error summing period: %w", err)
 	}
+	in, err := carriedIn.get(ctx) // read with the sum
+	if err != nil {
+		return nil, err
+	}
+	carriedIDs, carried := in.ids, in.total
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending

@@ -153,7 +153,7 @@ func (l *Ledger) ChargeRetryNow(ctx context.Context, p ChargeActionParams) (*Cha
 	if strings.TrimSpace(p.Reason) == "" {
 		p.Reason = ChargeRetryReasonDefault
 	}
-	return l.chargeAction(ctx, ActionRetry, p, nil, func(tx pgx.Tx, now time.Time, c *Charge) (*Charge, error) {
+	return l.chargeAction(ctx, ActionRetry, p, nil, func(tx *Tx, now time.Time, c *Charge) (*Charge, error) {
 		if c.Status != ChargePastDue {
 			return nil, &ConflictError{Code: ConflictChargeNotPastDue, Detail: fmt.Sprintf(
 				"charge %d is %s; only a past_due charge (declined, with retries left) can be retried", c.ID, c.Status)}
@@ -193,7 +193,8 @@ type ChargeRetryBeginParams struct {
 // operator paused charging since the claim.
 func (l *Ledger) ChargeRetryBegin(ctx context.Context, claim *Claim, p ChargeRetryBeginParams) (*Claim, error) {
 	var next *Claim
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	var attempt *later[int64] // the attempt row's id
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, claim.Charge.ID)
 		if err != nil {
@@ -244,13 +245,17 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm
 			return err
 		}
 		next = &Claim{Charge: updated, Owner: claim.Owner, params: claim.params}
-		return attemptStartTx(ctx, tx, now, next)
+		attempt, err = attemptStartTx(ctx, tx, now, next)
+		return err
 	})
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrChargingPaused) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error starting retry of charge %d: %w", claim.Charge.ID, err)
+	}
+	if next.AttemptID, err = attempt.get(ctx); err != nil {
+		return nil, err
 	}
 	return next, nil
 }
@@ -264,9 +269,9 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm
 // operator action is recorded as done, and done runs (the worker completes
 // its job there). It returns ErrLeaseLost when the caller no longer holds
 // the charge, or it is no longer past_due.
-func (l *Ledger) ChargeCancelFinish(ctx context.Context, claim *Claim, retired []string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+func (l *Ledger) ChargeCancelFinish(ctx context.Context, claim *Claim, retired []string, done func(ctx context.Context, tx *Tx) error) (*Charge, error) {
 	var canceled *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, claim.Charge.ID)
 		if err != nil {

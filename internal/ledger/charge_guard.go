@@ -34,7 +34,7 @@ type guardVerdict struct {
 // (budget_reserved) in the same transaction, under the budget's lock when a
 // budget is set. An approved charge skips the cap, anomaly and budget guards
 // (the operator's decision) but is counted.
-func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge, reads *guardReads) (guardVerdict, error) {
+func (l *Ledger) chargeGuardsTx(ctx context.Context, tx *Tx, c *Charge, reads *guardReads) (guardVerdict, error) {
 	if min := AmountMinCents(c.Currency); c.AmountCents < min {
 		return guardVerdict{carry: true, detail: fmt.Sprintf("amount %d is below Stripe's minimum of %d %s: carried to the customer's next charge",
 			c.AmountCents, min, c.Currency)}, nil
@@ -43,14 +43,22 @@ func (l *Ledger) chargeGuardsTx(ctx context.Context, tx pgx.Tx, c *Charge, reads
 		return guardVerdict{hold: HeldAmountTooLarge, detail: fmt.Sprintf("amount %d %s is above Stripe's largest PaymentIntent, %d", c.AmountCents, c.Currency, AmountMaxCents)}, nil
 	}
 	if c.ApprovedAt == nil {
-		if err := reads.await(ctx, tx); err != nil {
+		if reads == nil {
+			return guardVerdict{}, errors.New("the guards' reads were not queued")
+		}
+		m, err := reads.maxCharge.get(ctx)
+		if err != nil {
 			return guardVerdict{}, err
 		}
-		if m := reads.maxCharge; m != nil && c.AmountCents > *m {
+		if m != nil && c.AmountCents > *m {
 			return guardVerdict{hold: HeldOverCustomerCap, detail: fmt.Sprintf("amount %d exceeds the customer's max_charge_cents %d", c.AmountCents, *m)}, nil
 		}
 		if f := l.config.AnomalyFactor; f > 0 {
-			median, n := medianOf(reads.history)
+			history, err := reads.history.get(ctx)
+			if err != nil {
+				return guardVerdict{}, err
+			}
+			median, n := medianOf(history)
 			if n >= anomalyHistoryMin && float64(c.AmountCents) > f*float64(median) {
 				return guardVerdict{hold: HeldAnomaly, detail: fmt.Sprintf("amount %d is more than %g × %d, the median of the customer's last %d succeeded charges",
 					c.AmountCents, f, median, n)}, nil
@@ -84,60 +92,35 @@ ORDER BY period_starts_at DESC, id DESC LIMIT $3`
 // last succeeded charges. They are queued (chargeGuardReadsTx) to go with
 // the claim's next statement, the kill switch's read, in its round trip.
 type guardReads struct {
-	read      bool // the cap was read, and so the history queued before it
-	history   []int64
-	maxCharge *int64
+	maxCharge *later[*int64]
+	history   *later[[]int64] // nil when the anomaly guard is off
 }
 
 // chargeGuardReadsTx queues in tx the reads chargeGuardsTx will need for
 // charge c, nil when it needs none (an approved charge, or one Stripe's
 // limits settle).
-func (l *Ledger) chargeGuardReadsTx(ctx context.Context, tx pgx.Tx, c *Charge) (*guardReads, error) {
+func (l *Ledger) chargeGuardReadsTx(tx *Tx, c *Charge) *guardReads {
 	if c.ApprovedAt != nil || c.AmountCents < AmountMinCents(c.Currency) || c.AmountCents > AmountMaxCents {
-		return nil, nil
+		return nil
 	}
 	r := &guardReads{}
 	if l.config.AnomalyFactor > 0 {
-		err := laterRows(ctx, tx, func(rows pgx.Rows) error {
-			var err error
-			if r.history, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-				return fmt.Errorf("error reading the customer's charges: %w", err)
+		r.history = queryLater(tx, func(rows pgx.Rows) ([]int64, error) {
+			history, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return nil, fmt.Errorf("error reading the customer's charges: %w", err)
 			}
-			return nil
+			return history, nil
 		}, chargeHistorySQL, c.CustomerID, c.ID, anomalyHistory)
-		if err != nil {
-			return nil, fmt.Errorf("error reading the customer's charges: %w", err)
-		}
 	}
-	err := laterRow(ctx, tx, func(row pgx.Row) error {
-		if err := row.Scan(&r.maxCharge); err != nil {
-			return fmt.Errorf("error reading customer cap: %w", err)
+	r.maxCharge = queryRowLater(tx, func(row pgx.Row) (*int64, error) {
+		var m *int64
+		if err := row.Scan(&m); err != nil {
+			return nil, fmt.Errorf("error reading customer cap: %w", err)
 		}
-		r.read = true
-		return nil
+		return m, nil
 	}, `SELECT max_charge_cents FROM billing.customers WHERE customer_id = $1`, c.CustomerID)
-	if err != nil {
-		return nil, fmt.Errorf("error reading customer cap: %w", err)
-	}
-	return r, nil
-}
-
-// await makes sure the reads have run: sent with a statement after them, or
-// now (a ledger without a kill switch sends none). A nil cap means "no cap"
-// only once it was read.
-func (r *guardReads) await(ctx context.Context, tx pgx.Tx) error {
-	if r == nil {
-		return errors.New("the guards' reads were not queued")
-	}
-	if rec, ok := tx.(*recordingTx); ok && !r.read {
-		if err := rec.flush(ctx); err != nil {
-			return err
-		}
-	}
-	if !r.read {
-		return errors.New("the guards' reads did not run")
-	}
-	return nil
+	return r
 }
 
 // medianOf returns the median of amounts and how many there are.

@@ -13,7 +13,7 @@ import (
 // alone, a deleted one inserted again). The job finds the charge's state and
 // does only what is left.
 func (l *Ledger) ChargeJobRunNow(ctx context.Context, chargeID int64) error {
-	return l.withTx(ctx, func(tx pgx.Tx) error {
+	return l.withTx(ctx, func(tx *Tx) error {
 		var customerID, period string
 		var jobID *int64
 		err := tx.QueryRow(ctx, `
@@ -34,7 +34,7 @@ FOR UPDATE OF p`, chargeID).Scan(&customerID, &period, &jobID)
 // chargePeriodJobRunNowTx makes the charge job of c's period run now, in
 // tx, holding the period row until tx ends (an operator's approval or
 // retry of c).
-func (l *Ledger) chargePeriodJobRunNowTx(ctx context.Context, tx pgx.Tx, c *Charge) error {
+func (l *Ledger) chargePeriodJobRunNowTx(ctx context.Context, tx *Tx, c *Charge) error {
 	var jobID *int64
 	if err := tx.QueryRow(ctx, `SELECT charge_job_id FROM billing.periods WHERE customer_id = $1 AND period = $2 FOR UPDATE`,
 		c.CustomerID, c.Period).Scan(&jobID); err != nil {
@@ -45,7 +45,7 @@ func (l *Ledger) chargePeriodJobRunNowTx(ctx context.Context, tx pgx.Tx, c *Char
 
 // chargeJobRunNowTx makes the period's charge job run now and records its id
 // when it changed. The caller holds the period row.
-func (l *Ledger) chargeJobRunNowTx(ctx context.Context, tx pgx.Tx, customerID, period string, jobID *int64) error {
+func (l *Ledger) chargeJobRunNowTx(ctx context.Context, tx *Tx, customerID, period string, jobID *int64) error {
 	var old int64
 	if jobID != nil {
 		old = *jobID

@@ -28,7 +28,8 @@ import (
 // generation).
 func (l *Ledger) ChargeLookupNone(ctx context.Context, claim *Claim, actor string) (*Claim, error) {
 	var next *Claim
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	var attempt *later[int64] // the attempt row's id
+	err := l.withTx(ctx, func(tx *Tx) error {
 		// Everything derives from the claim as it was, so a retried
 		// transaction computes the same generation and key.
 		now := l.now()
@@ -63,13 +64,17 @@ RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
 		}
 		// The key's first use is marked above, with the attempt row below.
 		next = &Claim{Charge: c, Owner: claim.Owner, params: claim.params}
-		return attemptStartTx(ctx, tx, now, next)
+		attempt, err = attemptStartTx(ctx, tx, now, next)
+		return err
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		return nil, ErrLeaseLost
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error recording look-up of charge %d: %w", claim.Charge.ID, err)
+	}
+	if next.AttemptID, err = attempt.get(ctx); err != nil {
+		return nil, err
 	}
 	return next, nil
 }
@@ -87,7 +92,7 @@ var lookupMarkStatuses = []string{string(ChargePending), string(ChargeUnknown), 
 // charges it marked.
 func (l *Ledger) ChargeLookupMark(ctx context.Context, actor, reason string) ([]*Charge, error) {
 	var marked []*Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		rows, err := tx.Query(ctx, `
 UPDATE billing.charges SET lookup_required = true, updated_at = $2
@@ -130,7 +135,7 @@ func chargeIDs(charges []*Charge) []int64 {
 // is returned unchanged.
 func (l *Ledger) ChargeLookupDone(ctx context.Context, chargeID int64, actor string) (*Charge, error) {
 	var c *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		var err error
 		if c, err = chargeLockTx(ctx, tx, chargeID); err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Outcome is what one Stripe call returned, as the ledger records it.
@@ -101,7 +99,7 @@ func (d *DoubleCharge) Alert() string {
 // success) — unless it is the answer to the claimant's own call
 // (releaseLease), whose key was then used before: held idempotency_error. releaseLease also clears the lease,
 // whatever happens.
-func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
+func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
 	if pi := o.StripePaymentIntentID; c.Retired(pi) {
 		if !releaseLease || !c.Status.Chargeable() {
 			// News of a PaymentIntent a dunning retry canceled (a late,
@@ -182,7 +180,7 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx pgx.Tx, now time.T
 // chargeUnmovedTx leaves c's status as it is for an outcome it may not
 // take: an ALERT line and transition (msg) when alert names one, and the
 // lease cleared when releaseLease is set.
-func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, alert, msg string, releaseLease bool) (Applied, error) {
+func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, alert, msg string, releaseLease bool) (Applied, error) {
 	var err error
 	if alert != "" {
 		l.logger.ErrorContext(ctx, msg, "alert", alert, "actor", actor)
@@ -198,7 +196,7 @@ func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx pgx.Tx, now time.Time, 
 
 // chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,
 // an "ALERT …" line, and clears its lease when releaseLease is set.
-func chargeAlertTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, actor, msg string, releaseLease bool) (*Charge, error) {
+func chargeAlertTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, msg string, releaseLease bool) (*Charge, error) {
 	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
 		return nil, err
 	}
@@ -206,7 +204,7 @@ func chargeAlertTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, act
 }
 
 // chargeLeaseReleaseTx clears the lease of c when release is set.
-func chargeLeaseReleaseTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, release bool) (*Charge, error) {
+func chargeLeaseReleaseTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, release bool) (*Charge, error) {
 	if !release {
 		return c, nil
 	}
@@ -241,7 +239,7 @@ func chargeOutcomeStatus(from ChargeStatus, o Outcome) (ChargeStatus, error) {
 // the transition and keeps the period's spend (chargeSpendTx); releaseLease
 // also clears its lease. Only chargeApplyOutcomeTx calls it, once it decided
 // that c may take o.
-func chargeWriteOutcomeTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, next ChargeStatus, nextRetry *time.Time,
+func chargeWriteOutcomeTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, next ChargeStatus, nextRetry *time.Time,
 	o Outcome, actor string, releaseLease bool) (*Charge, error) {
 	var resolvedBy, failureCode, failureMessage, heldDetail *string
 	var heldReason *HeldReason

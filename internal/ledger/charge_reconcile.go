@@ -75,7 +75,7 @@ type ChargeReconcileParams struct {
 func (l *Ledger) ChargeReconcile(ctx context.Context, p ChargeReconcileParams) (Applied, error) {
 	var applied Applied
 	var before *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		var err error
 		before, applied, err = l.chargeReconcileTx(ctx, tx, p)
 		return err
@@ -87,7 +87,7 @@ func (l *Ledger) ChargeReconcile(ctx context.Context, p ChargeReconcileParams) (
 	return applied, nil
 }
 
-// ChargeReconcileTx brings a charge in line, in the caller's transaction,
+// ChargeReconcileTx brings a charge in line, in a Stripe event's transaction,
 // with what Stripe says of its PaymentIntent (a webhook). Transitions are
 // monotonic (see chargeMayTake): a late or replayed answer never moves a
 // charge backwards, so applying the same news twice, or old news after new,
@@ -100,13 +100,8 @@ func (l *Ledger) ChargeReconcile(ctx context.Context, p ChargeReconcileParams) (
 // caller alerts a move into held once its transaction commits
 // (AlertIfHeld). It returns ErrNotFound when no charge matches (a
 // PaymentIntent Tally did not create).
-func (l *Ledger) ChargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeReconcileParams) (Applied, error) {
-	var applied Applied
-	err := l.notifyingTx(ctx, tx, func(tx pgx.Tx) error {
-		var err error
-		_, applied, err = l.chargeReconcileTx(ctx, tx, p)
-		return err
-	})
+func (l *Ledger) ChargeReconcileTx(ctx context.Context, tx *Tx, p ChargeReconcileParams) (Applied, error) {
+	_, applied, err := l.chargeReconcileTx(ctx, tx, p)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -115,7 +110,7 @@ func (l *Ledger) ChargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeRecon
 
 // chargeReconcileTx is ChargeReconcileTx; it also returns the charge as it
 // was before.
-func (l *Ledger) chargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeReconcileParams) (*Charge, Applied, error) {
+func (l *Ledger) chargeReconcileTx(ctx context.Context, tx *Tx, p ChargeReconcileParams) (*Charge, Applied, error) {
 	now := l.now()
 	c, err := chargeReconciledLockTx(ctx, tx, p)
 	if err != nil {
@@ -150,7 +145,7 @@ func (l *Ledger) chargeReconcileTx(ctx context.Context, tx pgx.Tx, p ChargeRecon
 // chargeReconciledLockTx finds and locks the charge p names: by id, else by
 // PaymentIntent (the one the charge names wins over a key match), else by
 // key.
-func chargeReconciledLockTx(ctx context.Context, tx pgx.Tx, p ChargeReconcileParams) (*Charge, error) {
+func chargeReconciledLockTx(ctx context.Context, tx *Tx, p ChargeReconcileParams) (*Charge, error) {
 	var row pgx.Row
 	switch pi := p.Outcome.StripePaymentIntentID; {
 	case p.ChargeID != 0:

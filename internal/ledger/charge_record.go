@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrLeaseLost is returned by ChargeRecordOutcome when the caller no longer
@@ -31,7 +29,7 @@ var ErrLeaseLost = errors.New("charge lease lost")
 //
 // It returns ErrLeaseLost, writing nothing, when claim's lease was taken
 // over.
-func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcome, actor string, done func(ctx context.Context, tx *Tx) error) (*Charge, error) {
 	return l.chargeRecordOutcome(ctx, claim, nil, o, actor, done)
 }
 
@@ -44,13 +42,13 @@ func (l *Ledger) ChargeRecordOutcome(ctx context.Context, claim *Claim, o Outcom
 // ledger restored from before a retry that Stripe saw succeed (the first
 // PaymentIntent canceled, the retry's succeeded) takes the retry's
 // PaymentIntent instead of holding a double charge.
-func (l *Ledger) ChargeRecordRetryPaid(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+func (l *Ledger) ChargeRecordRetryPaid(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx *Tx) error) (*Charge, error) {
 	return l.chargeRecordOutcome(ctx, claim, retired, o, actor, done)
 }
 
-func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx pgx.Tx) error) (*Charge, error) {
+func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired []string, o Outcome, actor string, done func(ctx context.Context, tx *Tx) error) (*Charge, error) {
 	var charge, before *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		c, err := chargeLockTx(ctx, tx, claim.Charge.ID)
 		if err != nil {
@@ -62,9 +60,7 @@ func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired 
 		}
 
 		if claim.AttemptID != 0 {
-			if err := attemptFinishTx(ctx, tx, now, claim.AttemptID, o); err != nil {
-				return err
-			}
+			attemptFinishTx(tx, now, claim.AttemptID, o)
 		}
 		if c, err = chargeRetireTx(ctx, tx, now, c, retired, actor); err != nil {
 			return err
@@ -100,7 +96,7 @@ func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired 
 // of them can move money any more) on the locked charge c, which then names
 // none of them, and logs it as a transition (status unchanged). Nothing
 // new to retire changes nothing.
-func chargeRetireTx(ctx context.Context, tx pgx.Tx, now time.Time, c *Charge, retired []string, actor string) (*Charge, error) {
+func chargeRetireTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, retired []string, actor string) (*Charge, error) {
 	var add []string
 	for _, pi := range retired {
 		if !c.Retired(pi) && !slices.Contains(add, pi) {

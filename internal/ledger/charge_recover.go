@@ -53,7 +53,7 @@ func (l *Ledger) ChargeRecoverLost(ctx context.Context, p ChargeRecoverLostParam
 			"%q of customer %q is not a %s period label of this deployment (TALLY_PERIOD)", p.Period, p.CustomerID, l.config.Cadence)}}
 	}
 	var charge, created *Charge
-	err = l.withTx(ctx, func(tx pgx.Tx) error {
+	err = l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		var currency string
 		err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, p.CustomerID).Scan(&currency)

@@ -23,7 +23,7 @@ import (
 // reservation (a past_due one keeps it: it may still be collected); a
 // succeeded one that had none (a late success, a resolve) takes it, whatever
 // the budget, since the money moved. It returns the charge as stored.
-func chargeSpendTx(ctx context.Context, tx pgx.Tx, c *Charge) (*Charge, error) {
+func chargeSpendTx(ctx context.Context, tx *Tx, c *Charge) (*Charge, error) {
 	switch {
 	case c.BudgetReserved && (c.Status == ChargeFailed || c.Status == ChargeCanceled || c.Status == ChargeUncollectible):
 		return chargeSpendSetTx(ctx, tx, c, false)
@@ -35,7 +35,7 @@ func chargeSpendTx(ctx context.Context, tx pgx.Tx, c *Charge) (*Charge, error) {
 
 // chargeSpendSetTx reserves (reserve) or releases c's amount in its period's
 // spend by marking the charge.
-func chargeSpendSetTx(ctx context.Context, tx pgx.Tx, c *Charge, reserve bool) (*Charge, error) {
+func chargeSpendSetTx(ctx context.Context, tx *Tx, c *Charge, reserve bool) (*Charge, error) {
 	updated, err := scanCharge(tx.QueryRow(ctx, `
 UPDATE billing.charges SET budget_reserved = $2 WHERE id = $1 RETURNING `+chargeColumns, c.ID, reserve))
 	if err != nil {
@@ -48,7 +48,7 @@ UPDATE billing.charges SET budget_reserved = $2 WHERE id = $1 RETURNING `+charge
 // other transactions to commit or roll back, holds them off until tx ends,
 // and returns the period's spend: the check against the budget and the
 // reservation that follows it are atomic.
-func periodSpendLockTx(ctx context.Context, tx pgx.Tx, period, currency string) (int64, error) {
+func periodSpendLockTx(ctx context.Context, tx *Tx, period, currency string) (int64, error) {
 	// Two statements: the sum's snapshot must be taken after the lock is.
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tally.period_spend/' || $1 || '/' || $2, 0))`,
 		period, currency); err != nil {

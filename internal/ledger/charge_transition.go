@@ -4,15 +4,13 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // transitionTx logs a status change of a charge and who made it (from is nil
 // for its creation). It refuses a change the status machine does not allow
 // for actor (chargeTransitions): that is a bug, and Postgres would refuse it
 // too.
-func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64, from *ChargeStatus, to ChargeStatus, actor, reason string) error {
+func transitionTx(ctx context.Context, tx *Tx, now time.Time, chargeID int64, from *ChargeStatus, to ChargeStatus, actor, reason string) error {
 	if from != nil && !ChargeTransitionAllowed(*from, to, actorKind(actor)) {
 		return fmt.Errorf("charge %d: %s may not move it from %s to %s", chargeID, actor, *from, to)
 	}
@@ -21,13 +19,10 @@ func transitionTx(ctx context.Context, tx pgx.Tx, now time.Time, chargeID int64,
 		r = &reason
 	}
 	// Nothing reads it back in the transaction: it goes with the next statement.
-	err := laterExec(ctx, tx, nil, `
+	tx.execLater(nil, `
 INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
 VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
-	if err != nil {
-		return fmt.Errorf("error logging transition of charge %d to %s: %w", chargeID, to, err)
-	}
-	recordTransition(tx, from, to)
+	tx.recordTransition(from, to)
 	if typ := chargeNotification(to); typ != "" && (from == nil || *from != to) {
 		recordNotice(tx, notice{typ: typ, chargeID: chargeID}) // a status change, not a note on the same status
 	}

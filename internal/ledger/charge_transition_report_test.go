@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -34,7 +33,7 @@ func TestChargeTransitionReports(t *testing.T) {
 
 	succeeded := ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1", HTTPStatus: 200}
 	crash := errors.New("crashed before the job completed")
-	_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, succeeded, "job:1/1", func(context.Context, pgx.Tx) error { return crash })
+	_, err = b.Ledger.ChargeRecordOutcome(ctx, claim, succeeded, "job:1/1", func(context.Context, *ledger.Tx) error { return crash })
 	require.ErrorIs(t, err, crash)
 	require.Equal(t, []string{"→pending"}, reported, "nothing reported for a rolled-back outcome")
 

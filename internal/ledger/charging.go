@@ -44,7 +44,7 @@ type ChargingStatus struct {
 const chargingQueuePausedAt = "queue_paused_at"
 
 // chargingPausedTx returns ErrChargingPaused while charging is paused.
-func (l *Ledger) chargingPausedTx(ctx context.Context, tx pgx.Tx) error {
+func (l *Ledger) chargingPausedTx(ctx context.Context, tx *Tx) error {
 	if l.config.Scheduler == nil {
 		return nil
 	}
@@ -61,7 +61,7 @@ func (l *Ledger) chargingPausedTx(ctx context.Context, tx pgx.Tx) error {
 // ChargingGet returns the kill switch's state.
 func (l *Ledger) ChargingGet(ctx context.Context) (*ChargingStatus, error) {
 	var st *ChargingStatus
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		var err error
 		st, err = l.chargingGetTx(ctx, tx)
 		return err
@@ -72,7 +72,7 @@ func (l *Ledger) ChargingGet(ctx context.Context) (*ChargingStatus, error) {
 	return st, nil
 }
 
-func (l *Ledger) chargingGetTx(ctx context.Context, tx pgx.Tx) (*ChargingStatus, error) {
+func (l *Ledger) chargingGetTx(ctx context.Context, tx *Tx) (*ChargingStatus, error) {
 	if l.config.Scheduler == nil {
 		return nil, errors.New("no scheduler configured: the kill switch lives in River's queue table")
 	}
@@ -140,7 +140,7 @@ func (l *Ledger) chargingSet(ctx context.Context, pause bool, actor, reason stri
 		return nil, err
 	}
 	var st *ChargingStatus
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		action := ActionChargingResume
 		set := l.config.Scheduler.ChargingResumeTx
 		if pause {

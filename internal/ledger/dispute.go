@@ -80,7 +80,7 @@ ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
 // it shows in billing.dispute_events (once per dispute and event), and
 // reports whether that status row is new. It returns ErrNotFound when the
 // disputed charge is not Tally's.
-func (l *Ledger) DisputeRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
+func (l *Ledger) DisputeRecordTx(ctx context.Context, tx *Tx, p ChargeAdjustmentParams) (bool, error) {
 	return l.adjustmentRecordTx(ctx, tx, &disputeKind, p)
 }
 

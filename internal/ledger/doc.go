@@ -4,11 +4,13 @@
 // call into it, never the other way round.
 //
 // Exported methods open and commit their own transaction unless their name
-// ends in Tx, in which case they run in the caller's. Every transaction takes
-// one `now` from Config.Clock, so tests control time. A transaction the
-// ledger opens sends BEGIN with its first statement and a write nothing
-// reads back at once with the statement after it (tx_pipeline.go): round
-// trips, not statements, are what a charge costs on a busy machine.
+// ends in Tx, in which case they run in a ledger transaction the caller was
+// handed (StripeEventHandle's, InTx's). Every transaction is a Tx (tx.go)
+// and takes one `now` from Config.Clock, so tests control time. A Tx sends
+// BEGIN with its first statement and a statement nothing needs at once with
+// the statement after it; a queued read is a later, whose get sends it if
+// it has not gone: round trips, not statements, are what a charge costs on
+// a busy machine.
 //
 // One concept per file. The money path of a charge, in DESIGN.md's steps:
 // period_close.go and charge_create.go (1, close + pre-flight),

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Statements whose plans tests hold to an index.
@@ -19,8 +20,8 @@ const (
 // is.
 func (l *Ledger) PeriodCloseInSavepoint(ctx context.Context, p PeriodCloseParams, rollback bool) error {
 	errRollback := errors.New("roll the savepoint back")
-	return l.withTx(ctx, func(tx pgx.Tx) error {
-		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+	return l.withTx(ctx, func(tx *Tx) error {
+		err := tx.savepoint(ctx, func(sp *Tx) error {
 			if _, err := l.periodCloseTx(ctx, sp, l.now(), p); err != nil {
 				return err
 			}
@@ -36,16 +37,25 @@ func (l *Ledger) PeriodCloseInSavepoint(ctx context.Context, p PeriodCloseParams
 	})
 }
 
-// WithTx runs fn in a ledger transaction (withTx), for the tests of its
-// pipelining; LaterExec and LaterRow queue statements in it.
-func (l *Ledger) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return l.withTx(ctx, fn)
+// Later is a queued statement's result; Get reads it.
+type Later[T any] = later[T]
+
+func (d *later[T]) Get(ctx context.Context) (T, error) { return d.get(ctx) }
+
+// ExecLaterChecked queues sql in tx with check (execLater).
+func ExecLaterChecked(tx *Tx, check func(pgconn.CommandTag) error, sql string, args ...any) {
+	tx.execLater(check, sql, args...)
 }
 
-var (
-	LaterExec = laterExec
-	LaterRow  = laterRow
-)
+// QueryRowLater queues sql in tx (queryRowLater).
+func QueryRowLater[T any](tx *Tx, scan func(pgx.Row) (T, error), sql string, args ...any) *Later[T] {
+	return queryRowLater(tx, scan, sql, args...)
+}
+
+// Savepoint runs fn in a savepoint of tx (savepoint).
+func (tx *Tx) Savepoint(ctx context.Context, fn func(sp *Tx) error) error {
+	return tx.savepoint(ctx, fn)
+}
 
 // APIKeyUnknownMax is how many unknown secrets a Ledger remembers.
 const APIKeyUnknownMax = apiKeyUnknownMax

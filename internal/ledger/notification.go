@@ -77,80 +77,38 @@ type notice struct {
 }
 
 // recordNotice remembers n in tx, for the notifications written before tx
-// commits. Every ledger transaction is a recordingTx (withTx, notifyingTx).
-// A transaction's first notice queues the read of the webhook endpoints,
-// which then goes with the transaction's next statement instead of a round
-// trip of its own before the commit (notifyTx).
-func recordNotice(tx pgx.Tx, n notice) {
-	rec, ok := tx.(*recordingTx)
-	if !ok || slices.Contains(rec.notices, n) {
+// commits (notifyTx). A transaction's first notice queues the read of the
+// webhook endpoints, which then goes with the transaction's next statement
+// instead of a round trip of its own before the commit.
+func recordNotice(tx *Tx, n notice) {
+	if slices.Contains(tx.notices, n) {
 		return
 	}
-	rec.notices = append(rec.notices, n)
-	if rec.parent == nil && !rec.subs.asked {
+	tx.notices = append(tx.notices, n)
+	if tx.parent == nil && tx.subs == nil {
 		// Not in a savepoint, which may be rolled back with its queue: a
-		// notice recorded in one is queued here when the savepoint is
-		// released (Commit hands it to its parent). notifyTx reads the
-		// endpoints itself if the read never ran.
-		rec.subs.asked = true
-		rec.queue(webhookSubscriptionsSQL, nil).Query(func(rows pgx.Rows) error {
-			var err error
-			rec.subs.endpoints, err = collectSubscriptions(rows)
-			rec.subs.read = err == nil
-			return err
-		})
+		// notice recorded in one is recorded here when the savepoint is
+		// released (Commit hands it to its parent).
+		tx.subs = queryLater(tx, collectSubscriptions, webhookSubscriptionsSQL)
 	}
 }
 
-// subscriptions are the webhook endpoints a transaction read for its
-// notifications (recordNotice, notifyTx).
-type subscriptions struct {
-	asked     bool // the read is queued, or was sent
-	read      bool // endpoints holds its result
-	endpoints []subscription
-}
-
-// notifyingTx runs fn in tx, a transaction the caller opened, and writes the
-// notifications of what fn changed before returning: for the exported Tx
-// methods, whose transactions withTx does not open.
-func (l *Ledger) notifyingTx(ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) error) error {
-	if _, ok := tx.(*recordingTx); ok {
-		return fn(tx) // the transaction that opened it writes them
-	}
-	rec := &recordingTx{Tx: tx}
-	if err := fn(rec); err != nil {
-		return err
-	}
-	if err := l.notifyTx(ctx, rec, l.now()); err != nil {
-		return err
-	}
-	return rec.flush(ctx) // the caller's transaction goes on without rec
-}
-
-// notifyTx writes, in rec's transaction, a notification for each notice
-// recorded in it that an endpoint subscribes to, one delivery per such
-// endpoint and each delivery's job: a notification exists if and only if the
-// change it reports committed.
-func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) error {
-	if len(rec.notices) == 0 {
+// notifyTx writes, in tx, a notification for each notice recorded in it
+// that an endpoint subscribes to, one delivery per such endpoint and each
+// delivery's job: a notification exists if and only if the change it
+// reports committed.
+func (l *Ledger) notifyTx(ctx context.Context, tx *Tx, now time.Time) error {
+	if len(tx.notices) == 0 {
 		return nil
 	}
-	if !rec.subs.read {
-		if err := rec.flush(ctx); err != nil { // the read recordNotice queued, if any
-			return err
-		}
-	}
-	endpoints := rec.subs.endpoints
-	if !rec.subs.read {
-		var err error
-		if endpoints, err = webhookSubscriptionsTx(ctx, rec); err != nil {
-			return err
-		}
+	endpoints, err := tx.subs.get(ctx)
+	if err != nil {
+		return err
 	}
 	if len(endpoints) == 0 {
 		return nil
 	}
-	for _, n := range rec.notices {
+	for _, n := range tx.notices {
 		var to []subscription
 		for _, e := range endpoints {
 			if slices.Contains(e.events, n.typ) || slices.Contains(e.events, NotifyAll) {
@@ -160,11 +118,11 @@ func (l *Ledger) notifyTx(ctx context.Context, rec *recordingTx, now time.Time) 
 		if len(to) == 0 {
 			continue
 		}
-		object, err := noticeObjectTx(ctx, rec, n)
+		object, err := noticeObjectTx(ctx, tx, n)
 		if err != nil {
 			return err
 		}
-		if err := l.notificationInsertTx(ctx, rec, now, n.typ, object, to); err != nil {
+		if err := l.notificationInsertTx(ctx, tx, now, n.typ, object, to); err != nil {
 			return err
 		}
 	}
@@ -180,14 +138,6 @@ type subscription struct {
 // webhookSubscriptionsSQL reads the endpoints notifications go to.
 const webhookSubscriptionsSQL = `SELECT id, events, disabled_at IS NOT NULL FROM billing.webhook_endpoints WHERE deleted_at IS NULL`
 
-func webhookSubscriptionsTx(ctx context.Context, tx pgx.Tx) ([]subscription, error) {
-	rows, err := tx.Query(ctx, webhookSubscriptionsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("error reading webhook endpoints: %w", err)
-	}
-	return collectSubscriptions(rows)
-}
-
 func collectSubscriptions(rows pgx.Rows) ([]subscription, error) {
 	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (subscription, error) {
 		var s subscription
@@ -201,7 +151,7 @@ func collectSubscriptions(rows pgx.Rows) ([]subscription, error) {
 }
 
 // noticeObjectTx reads the object n reports, as the public API shows it.
-func noticeObjectTx(ctx context.Context, tx pgx.Tx, n notice) (any, error) {
+func noticeObjectTx(ctx context.Context, tx *Tx, n notice) (any, error) {
 	if n.chargeID != 0 {
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, n.chargeID))
 		if err != nil {
@@ -233,7 +183,7 @@ type NotificationBody struct {
 	} `json:"data"`
 }
 
-func (l *Ledger) notificationInsertTx(ctx context.Context, tx pgx.Tx, now time.Time, typ string, object any, endpoints []subscription) error {
+func (l *Ledger) notificationInsertTx(ctx context.Context, tx *Tx, now time.Time, typ string, object any, endpoints []subscription) error {
 	id, err := newNotificationID()
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func (l *Ledger) OperationsSnapshotGet(ctx context.Context, maxAge time.Duration
 	if snap != nil && snap.Now.Sub(snap.TakenAt) < maxAge {
 		return snap, nil
 	}
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = l.withTx(ctx, func(tx *Tx) error {
 		var locked bool
 		var now time.Time
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, $2), now()`,

@@ -56,7 +56,8 @@ type OperationsState struct {
 // transaction.
 func (l *Ledger) OperationsStateGet(ctx context.Context) (*OperationsState, error) {
 	st := &OperationsState{Charges: map[ChargeStatus]int64{}, Held: map[HeldReason]int64{}, StripeEvents: map[string]int64{}}
-	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
+		tx.execLater(nil, `SET TRANSACTION READ ONLY`) // with the first read
 		if err := tx.QueryRow(ctx, `
 SELECT now(),
        (SELECT min(closes_at) FROM billing.periods WHERE status = 'open' AND closes_at < now()),

@@ -41,7 +41,7 @@ func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge,
 		return nil, notFound("period %s of customer %q", p.Period, p.CustomerID)
 	}
 	var charge *Charge
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		var err error
 		charge, err = l.periodCloseTx(ctx, tx, l.now(), p)
 		return err
@@ -98,7 +98,7 @@ func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams)
 	var out ClosedClaim
 	var cl claimed
 	var refused error // the claim's refusal, returned once the close is committed
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		out, cl, refused = ClosedClaim{}, claimed{}, nil
 		now := l.now()
 		c, err := l.periodCloseTx(ctx, tx, now, p.Close)
@@ -223,7 +223,7 @@ WHERE cu.customer_id = $1`, customerID, period).Scan(&stripeCustomer, &needsPaym
 
 // periodCloseTx is PeriodClose's work in tx. The charge it returns, found or
 // created, is locked FOR UPDATE until tx ends.
-func (l *Ledger) periodCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, p PeriodCloseParams) (*Charge, error) {
+func (l *Ledger) periodCloseTx(ctx context.Context, tx *Tx, now time.Time, p PeriodCloseParams) (*Charge, error) {
 	var status, currency string
 	var jobID *int64
 	err := tx.QueryRow(ctx, `
@@ -239,11 +239,9 @@ FOR UPDATE`, p.CustomerID, p.Period).Scan(&status, &jobID, &currency)
 	if status == PeriodOpen {
 		// Sent with the next statement: the lock above is what orders the
 		// close against ingest.
-		if err := laterExec(ctx, tx, nil, `
+		tx.execLater(nil, `
 UPDATE billing.periods SET status = 'closed', closed_at = $3
-WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now); err != nil {
-			return nil, fmt.Errorf("error closing period: %w", err)
-		}
+WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Period, now)
 		recordNotice(tx, notice{typ: NotifyPeriodClosed, customerID: p.CustomerID, period: p.Period})
 	}
 	if p.RunChargeJobNow {
@@ -260,8 +258,6 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading charge: %w", err)
 	}
-	if err := usageThresholdsAtCloseTx(ctx, tx, now, p.CustomerID, p.Period); err != nil {
-		return nil, err
-	}
+	usageThresholdsAtCloseTx(tx, now, p.CustomerID, p.Period)
 	return chargeCreateTx(ctx, tx, p, l.config.Namespace, currency, now)
 }

@@ -18,7 +18,7 @@ import (
 // only by the transaction whose INSERT wins; the unique charge job is the
 // second guard. It sets each event's periodCurrency, and returns the error of
 // each (customer, period) that cannot take events.
-func (l *Ledger) periodsOpenTx(ctx context.Context, tx pgx.Tx, now time.Time, events []*preparedEvent) (map[periodKey]error, error) {
+func (l *Ledger) periodsOpenTx(ctx context.Context, tx *Tx, now time.Time, events []*preparedEvent) (map[periodKey]error, error) {
 	byPeriod := map[periodKey][]*preparedEvent{}
 	for _, ev := range events {
 		k := periodKey{ev.CustomerID, ev.periodBound.Label}
@@ -99,7 +99,7 @@ type periodState struct {
 // periods among keys that exist, and returns them. It runs planFresh, so
 // Postgres plans it for the table's size of the day,
 // never with a plan cached while the table was empty.
-func periodsLockTx(ctx context.Context, tx pgx.Tx, keys []periodKey) (map[periodKey]*periodState, error) {
+func periodsLockTx(ctx context.Context, tx *Tx, keys []periodKey) (map[periodKey]*periodState, error) {
 	customers := make([]string, len(keys))
 	periods := make([]string, len(keys))
 	for i, k := range keys {
@@ -132,7 +132,7 @@ FOR KEY SHARE OF p`, planFresh, customers, periods)
 // passed (with its charge job, when this transaction's insert wins), then
 // locks it FOR KEY SHARE and returns it, or nil when it does not exist. It
 // returns a *ValidationError when the customer is unknown.
-func (l *Ledger) periodCreateLockTx(ctx context.Context, tx pgx.Tx, now time.Time, k periodKey, b Bounds) (*periodState, error) {
+func (l *Ledger) periodCreateLockTx(ctx context.Context, tx *Tx, now time.Time, k periodKey, b Bounds) (*periodState, error) {
 	var currency string
 	err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, k.customerID).Scan(&currency)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -157,7 +157,7 @@ func (l *Ledger) periodCreateLockTx(ctx context.Context, tx pgx.Tx, now time.Tim
 // periodCreateTx inserts the period row unless it exists and, only when this
 // transaction created it, inserts its charge job scheduled at closesAt and
 // records the job's id on the row.
-func (l *Ledger) periodCreateTx(ctx context.Context, tx pgx.Tx, now time.Time, k periodKey, b Bounds, closesAt time.Time, currency string) error {
+func (l *Ledger) periodCreateTx(ctx context.Context, tx *Tx, now time.Time, k periodKey, b Bounds, closesAt time.Time, currency string) error {
 	tag, err := tx.Exec(ctx, `
 INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -65,7 +65,7 @@ func (l *Ledger) PeriodSweepLostJobs(ctx context.Context, p PeriodSweepParams) (
 	for {
 		var page []overduePeriod
 		var found []PeriodJobLost
-		err := l.withTx(ctx, func(tx pgx.Tx) error {
+		err := l.withTx(ctx, func(tx *Tx) error {
 			found = nil
 			var err error
 			if page, err = overduePeriodsTx(ctx, tx, p.ClosesBefore, cursor); err != nil {
@@ -113,7 +113,7 @@ type overduePeriod struct {
 // closesBefore, after cursor (nil: from the start), locked FOR NO KEY UPDATE
 // (ingest's FOR KEY SHARE goes on; a close's FOR UPDATE waits, and a period
 // being closed now is skipped).
-func overduePeriodsTx(ctx context.Context, tx pgx.Tx, closesBefore time.Time, cursor *overduePeriod) ([]overduePeriod, error) {
+func overduePeriodsTx(ctx context.Context, tx *Tx, closesBefore time.Time, cursor *overduePeriod) ([]overduePeriod, error) {
 	var c overduePeriod
 	if cursor != nil {
 		c = *cursor
@@ -144,9 +144,9 @@ FOR NO KEY UPDATE SKIP LOCKED`, closesBefore, cursor == nil, c.closesAt, c.custo
 // periodJobRerunTx makes the charge job of a period the caller holds run now,
 // in a savepoint so that a failure leaves the rest of the page alone, and
 // returns the id of the job that runs.
-func (l *Ledger) periodJobRerunTx(ctx context.Context, tx pgx.Tx, op overduePeriod) (int64, error) {
+func (l *Ledger) periodJobRerunTx(ctx context.Context, tx *Tx, op overduePeriod) (int64, error) {
 	var jobID int64
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+	err := tx.savepoint(ctx, func(sp *Tx) error {
 		if err := l.chargeJobRunNowTx(ctx, sp, op.customerID, op.period, op.jobID); err != nil {
 			return err
 		}

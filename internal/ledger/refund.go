@@ -70,7 +70,7 @@ ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
 // recorded with (a resolve's refund of another PaymentIntent), else the one
 // paid by its Stripe charge or PaymentIntent; it returns ErrNotFound when
 // neither is Tally's.
-func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustmentParams) (bool, error) {
+func (l *Ledger) RefundRecordTx(ctx context.Context, tx *Tx, p ChargeAdjustmentParams) (bool, error) {
 	return l.adjustmentRecordTx(ctx, tx, &refundKind, p)
 }
 
@@ -82,7 +82,7 @@ func (l *Ledger) RefundRecordTx(ctx context.Context, tx pgx.Tx, p ChargeAdjustme
 func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
 	p.EventID, p.EventType = "", ""
 	var created bool
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		var err error
 		created, err = l.adjustmentRecordChargeTx(ctx, tx, &refundKind, chargeID, p)
 		return err

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
@@ -43,7 +42,7 @@ func refundEvent(evtID, typ, status string, at time.Time) ledger.ChargeAdjustmen
 func recordRefund(t *testing.T, ctx context.Context, b *testBundle, events ...ledger.ChargeAdjustmentParams) *ledger.Refund {
 	t.Helper()
 	for _, p := range events {
-		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		require.NoError(t, b.Ledger.InTx(ctx, func(tx *ledger.Tx) error {
 			_, err := b.Ledger.RefundRecordTx(ctx, tx, p)
 			return err
 		}))
@@ -136,7 +135,7 @@ func TestRefundStatus(t *testing.T) {
 		ctx, b, _ := adjustmentBundle(t)
 		p := refundEvent("evt_x", "refund.created", "succeeded", t0)
 		p.StripeChargeID, p.StripePaymentIntentID = "ch_other", "pi_other"
-		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		err := b.Ledger.InTx(ctx, func(tx *ledger.Tx) error {
 			_, err := b.Ledger.RefundRecordTx(ctx, tx, p)
 			return err
 		})
@@ -159,7 +158,7 @@ func disputeEvent(evtID, typ, status string, at time.Time) ledger.ChargeAdjustme
 func recordDispute(t *testing.T, ctx context.Context, b *testBundle, events ...ledger.ChargeAdjustmentParams) *ledger.Dispute {
 	t.Helper()
 	for _, p := range events {
-		require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		require.NoError(t, b.Ledger.InTx(ctx, func(tx *ledger.Tx) error {
 			_, err := b.Ledger.DisputeRecordTx(ctx, tx, p)
 			return err
 		}))

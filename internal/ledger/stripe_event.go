@@ -67,7 +67,7 @@ type StripeEventParams struct {
 // event id already stored (a replay): nothing new is written.
 func (l *Ledger) StripeEventRecord(ctx context.Context, p StripeEventParams) (bool, error) {
 	var created bool
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		tag, err := tx.Exec(ctx, `
 INSERT INTO billing.stripe_events (id, type, payload, livemode, created_at, received_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -92,10 +92,10 @@ ON CONFLICT (id) DO NOTHING`, p.ID, p.Type, p.Payload, p.Livemode, p.CreatedAt, 
 	return created, nil
 }
 
-// StripeEventHandler applies one event in the caller's transaction and says
+// StripeEventHandler applies one event in the event's transaction and says
 // whether it was processed or ignored, with an optional note kept in
 // last_error (an alert worth keeping next to the event).
-type StripeEventHandler func(ctx context.Context, tx pgx.Tx, ev *StripeEvent) (status, note string, err error)
+type StripeEventHandler func(ctx context.Context, tx *Tx, ev *StripeEvent) (status, note string, err error)
 
 // StripeEventHandle processes a stored event: in one transaction it locks
 // the event, runs handle, and marks the event processed or ignored — so the
@@ -104,7 +104,7 @@ type StripeEventHandler func(ctx context.Context, tx pgx.Tx, ev *StripeEvent) (s
 // it did is kept, the event is marked failed with the error and its attempt
 // counted, and the error is returned so River retries.
 func (l *Ledger) StripeEventHandle(ctx context.Context, eventID string, handle StripeEventHandler) error {
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		ev, err := scanStripeEvent(tx.QueryRow(ctx, `SELECT `+stripeEventColumns+`
 FROM billing.stripe_events WHERE id = $1 FOR UPDATE`, eventID))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -175,7 +175,7 @@ DELETE FROM billing.stripe_events WHERE status IN ('processed', 'ignored') AND r
 
 // chargeIDByStripeTx finds the charge paid by a Stripe charge or
 // PaymentIntent, or returns ErrNotFound.
-func chargeIDByStripeTx(ctx context.Context, tx pgx.Tx, stripeChargeID, paymentIntentID string) (int64, error) {
+func chargeIDByStripeTx(ctx context.Context, tx *Tx, stripeChargeID, paymentIntentID string) (int64, error) {
 	var id int64
 	err := tx.QueryRow(ctx, `
 SELECT id FROM billing.charges

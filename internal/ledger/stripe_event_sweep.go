@@ -76,7 +76,7 @@ func (l *Ledger) StripeEventSweep(ctx context.Context, p StripeEventSweepParams)
 	for {
 		var page []unfinishedEvent
 		var found []StripeEventSwept
-		err := l.withTx(ctx, func(tx pgx.Tx) error {
+		err := l.withTx(ctx, func(tx *Tx) error {
 			found = nil
 			now := l.now()
 			var err error
@@ -153,7 +153,7 @@ func scanUnfinishedEvent(row pgx.Row) (unfinishedEvent, error) {
 // failed that were received before receivedBefore, after cursor (nil: from
 // the start), locked FOR NO KEY UPDATE; an event being processed now (locked
 // by StripeEventHandle) is skipped.
-func unfinishedEventsTx(ctx context.Context, tx pgx.Tx, receivedBefore time.Time, cursor *unfinishedEvent) ([]unfinishedEvent, error) {
+func unfinishedEventsTx(ctx context.Context, tx *Tx, receivedBefore time.Time, cursor *unfinishedEvent) ([]unfinishedEvent, error) {
 	var c unfinishedEvent
 	if cursor != nil {
 		c = *cursor
@@ -179,9 +179,9 @@ FOR NO KEY UPDATE SKIP LOCKED`, receivedBefore, cursor == nil, c.ev.ReceivedAt, 
 // so that a failure leaves the rest of the page alone, and returns the id of
 // the job that runs: the recorded job when River still has it (finished),
 // else a new one, recorded on the event.
-func (l *Ledger) stripeEventRerunTx(ctx context.Context, tx pgx.Tx, ev *StripeEvent, state string, jobs SweepJobs) (int64, error) {
+func (l *Ledger) stripeEventRerunTx(ctx context.Context, tx *Tx, ev *StripeEvent, state string, jobs SweepJobs) (int64, error) {
 	var jobID int64
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+	err := tx.savepoint(ctx, func(sp *Tx) error {
 		if ev.JobID != nil && state != JobStateDeleted {
 			jobID = *ev.JobID
 			return jobs.JobRetryTx(ctx, sp, jobID)

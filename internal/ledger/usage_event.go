@@ -221,7 +221,7 @@ func (l *Ledger) recordBatch(ctx context.Context, params []UsageEventParams, com
 	// validation, so the caller learns every problem at once; the transaction
 	// then rolls back.
 	var results []*UsageEventResult
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		found, dbErrs, err := l.recordTx(ctx, tx, now, len(events), valid)
 		if err != nil {
 			return err
@@ -263,7 +263,7 @@ var errRollback = errors.New("rollback")
 //     stored event's replay or idempotency conflict when one is stored (an
 //     exact re-post is a replay even once its period closed), else with the
 //     period's error.
-func (l *Ledger) recordTx(ctx context.Context, tx pgx.Tx, now time.Time, n int, events []*preparedEvent) ([]*UsageEventResult, map[int]error, error) {
+func (l *Ledger) recordTx(ctx context.Context, tx *Tx, now time.Time, n int, events []*preparedEvent) ([]*UsageEventResult, map[int]error, error) {
 	results := make([]*UsageEventResult, n)
 	itemErrs := map[int]error{}
 
@@ -375,7 +375,7 @@ func scanUsageEvent(row pgx.Row) (storedEvent, error) {
 }
 
 // usageEventsFind returns the stored events among events' (customer, event_id).
-func usageEventsFind(ctx context.Context, tx pgx.Tx, events []*preparedEvent) (map[eventKey]storedEvent, error) {
+func usageEventsFind(ctx context.Context, tx *Tx, events []*preparedEvent) (map[eventKey]storedEvent, error) {
 	customers := make([]string, len(events))
 	ids := make([]string, len(events))
 	for i, ev := range events {
@@ -403,7 +403,7 @@ WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 // returns those inserted; an event whose (customer, event_id) is already
 // taken (by a stored row, or by an earlier item) is left out. It runs
 // planFresh, so its plan always fits the table's size.
-func usageEventsInsert(ctx context.Context, tx pgx.Tx, now time.Time, events []*preparedEvent) (map[eventKey]*UsageEvent, error) {
+func usageEventsInsert(ctx context.Context, tx *Tx, now time.Time, events []*preparedEvent) (map[eventKey]*UsageEvent, error) {
 	n := len(events)
 	var (
 		customers, ids, periods, currencies, properties = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)

@@ -196,7 +196,7 @@ func TestNoticeReadsEndpointsAhead(t *testing.T) {
 		require.NoError(t, err)
 		counter.reset()
 		_, err = l.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_" + customer}, "job:1/1",
-			func(ctx context.Context, tx pgx.Tx) error {
+			func(ctx context.Context, tx *ledger.Tx) error {
 				var one int
 				return tx.QueryRow(ctx, `SELECT 1`).Scan(&one) // as a job's completion
 			})

@@ -42,17 +42,14 @@ type PublicThreshold struct {
 // thresholds it recorded.
 func (l *Ledger) UsageThresholdScan(ctx context.Context, settle time.Duration) (int, error) {
 	var reached int
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
-		reached = 0
+	err := l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		var watermark int64
 		if err := tx.QueryRow(ctx, `SELECT last_event_id FROM billing.usage_threshold_scan FOR UPDATE`).Scan(&watermark); err != nil {
 			return fmt.Errorf("error reading the threshold scan's watermark: %w", err)
 		}
-		if err := usageThresholdsReachTx(ctx, tx, now, &reached,
-			`SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $2`, watermark); err != nil {
-			return err
-		}
+		recorded := usageThresholdsReachTx(tx, now,
+			`SELECT DISTINCT customer_id, period FROM billing.usage_events WHERE id > $2`, watermark)
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.usage_threshold_scan
 SET scanned_at = $3,
@@ -60,7 +57,9 @@ SET scanned_at = $3,
 			watermark, now.Add(-settle), now); err != nil {
 			return fmt.Errorf("error moving the threshold scan's watermark: %w", err)
 		}
-		return nil
+		var err error
+		reached, err = recorded.get(ctx)
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -71,26 +70,23 @@ SET scanned_at = $3,
 // usageThresholdsReachTx records, in one statement, every threshold that
 // the period total of a candidate (customer, period) — the rows of
 // candidates, a query whose parameters follow $1 (now) — has reached and
-// that was not recorded before, each with its notice, counting them in
-// *reached (when not nil). The statement is sent with the transaction's
-// next one (laterRows).
-// Only the periods with a threshold still open are summed.
-func usageThresholdsReachTx(ctx context.Context, tx pgx.Tx, now time.Time, reached *int, candidates string, args ...any) error {
-	// Sent with the transaction's next statement: the notices are recorded
-	// then, long before the transaction writes their notifications.
-	return laterRows(ctx, tx, func(rows pgx.Rows) error {
+// that was not recorded before, each with its notice, and returns how many
+// it recorded. Only the periods with a threshold still open are summed.
+//
+// The statement is sent with the transaction's next one: the notices are
+// recorded then, long before the transaction writes their notifications.
+func usageThresholdsReachTx(tx *Tx, now time.Time, candidates string, args ...any) *later[int] {
+	return queryLater(tx, func(rows pgx.Rows) (int, error) {
 		var customerID, period string
 		var threshold int64
-		if _, err := pgx.ForEachRow(rows, []any{&customerID, &period, &threshold}, func() error {
+		n, err := pgx.ForEachRow(rows, []any{&customerID, &period, &threshold}, func() error {
 			recordNotice(tx, notice{typ: NotifyUsageThreshold, customerID: customerID, period: period, threshold: threshold})
-			if reached != nil {
-				*reached++
-			}
 			return nil
-		}); err != nil {
-			return fmt.Errorf("error recording the usage thresholds reached: %w", err)
+		})
+		if err != nil {
+			return 0, fmt.Errorf("error recording the usage thresholds reached: %w", err)
 		}
-		return nil
+		return int(n.RowsAffected()), nil
 	}, `
 WITH candidate AS (`+candidates+`),
 open AS (
@@ -117,7 +113,7 @@ RETURNING customer_id, period, threshold_cents`, append([]any{now}, args...)...)
 }
 
 // usageThresholdTx reads threshold t of (customerID, period) as reached.
-func usageThresholdTx(ctx context.Context, tx pgx.Tx, customerID, period string, t int64) (PublicThreshold, error) {
+func usageThresholdTx(ctx context.Context, tx *Tx, customerID, period string, t int64) (PublicThreshold, error) {
 	th := PublicThreshold{CustomerID: customerID, Period: period, ThresholdCents: t}
 	err := tx.QueryRow(ctx, `
 SELECT total_cents, currency, reached_at FROM billing.usage_thresholds_reached
@@ -130,7 +126,9 @@ WHERE customer_id = $1 AND period = $2 AND threshold_cents = $3`, customerID, pe
 
 // usageThresholdsAtCloseTx checks the thresholds of the period being closed
 // against its final total, whatever the scan has read: the backstop that
-// tells every threshold the period reached by its close at the latest.
-func usageThresholdsAtCloseTx(ctx context.Context, tx pgx.Tx, now time.Time, customerID, period string) error {
-	return usageThresholdsReachTx(ctx, tx, now, nil, `SELECT $2::text AS customer_id, $3::text AS period`, customerID, period)
+// tells every threshold the period reached by its close at the latest. The
+// check goes with the transaction's next statement; its notices are
+// written before the transaction commits.
+func usageThresholdsAtCloseTx(tx *Tx, now time.Time, customerID, period string) {
+	usageThresholdsReachTx(tx, now, `SELECT $2::text AS customer_id, $3::text AS period`, customerID, period)
 }

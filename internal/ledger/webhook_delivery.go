@@ -103,7 +103,7 @@ func (l *Ledger) WebhookAttemptRecord(ctx context.Context, a WebhookAttempt) (At
 		status = DeliveryFailed
 	}
 	var rec AttemptRecorded
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		rec = AttemptRecorded{}
 		now := l.now()
 		var attempt int
@@ -169,7 +169,7 @@ func (l *Ledger) WebhookRedeliver(ctx context.Context, p WebhookRedeliverParams)
 		return 0, &ValidationError{Fields: map[string]string{"selection": "name a notification, an endpoint or a time range"}}
 	}
 	var n int
-	err := l.withTx(ctx, func(tx pgx.Tx) error {
+	err := l.withTx(ctx, func(tx *Tx) error {
 		n = 0
 		rows, err := tx.Query(ctx, `
 SELECT d.id FROM billing.webhook_deliveries d

@@ -237,7 +237,7 @@ FROM billing.webhook_endpoints e WHERE deleted_at IS NULL ORDER BY id`)
 // its deliveries not yet made are canceled. Its log stays. It returns
 // ErrNotFound when there is no such endpoint (or it was deleted).
 func (l *Ledger) WebhookEndpointDelete(ctx context.Context, id int64) error {
-	return l.withTx(ctx, func(tx pgx.Tx) error {
+	return l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
 		tag, err := tx.Exec(ctx, `
 UPDATE billing.webhook_endpoints SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, now)

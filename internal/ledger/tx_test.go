@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -22,20 +21,25 @@ func TestTxPipeline(t *testing.T) {
 	_, err := b.Pool.Exec(ctx, `CREATE TABLE pipeline_test (id int PRIMARY KEY, v text NOT NULL)`)
 	require.NoError(t, err)
 	count := func() int64 { return b.Count(t, `SELECT count(*) FROM pipeline_test`) }
-	insert := func(ctx context.Context, tx pgx.Tx, id int, v string) error {
-		return ledger.LaterExec(ctx, tx, nil, `INSERT INTO pipeline_test (id, v) VALUES ($1, $2)`, id, v)
+	insert := func(tx *ledger.Tx, id int, v string) {
+		tx.ExecLater(`INSERT INTO pipeline_test (id, v) VALUES ($1, $2)`, id, v)
+	}
+	scanInt := func(row pgx.Row) (int, error) {
+		var v int
+		err := row.Scan(&v)
+		return v, err
 	}
 
 	t.Run("NothingSentNothingBegun", func(t *testing.T) {
 		counter.reset()
-		require.NoError(t, l.WithTx(ctx, func(pgx.Tx) error { return nil }))
+		require.NoError(t, l.InTx(ctx, func(*ledger.Tx) error { return nil }))
 		require.Zero(t, counter.n.Load(), "round trips:%s", counter)
 	})
 
 	t.Run("BeginRidesWithTheFirstStatement", func(t *testing.T) {
 		counter.reset()
 		var one int
-		require.NoError(t, l.WithTx(ctx, func(tx pgx.Tx) error { return tx.QueryRow(ctx, `SELECT 1`).Scan(&one) }))
+		require.NoError(t, l.InTx(ctx, func(tx *ledger.Tx) error { return tx.QueryRow(ctx, `SELECT 1`).Scan(&one) }))
 		require.Equal(t, 1, one)
 		require.Equal(t, int64(2), counter.n.Load(), "begin with the select, commit:%s", counter)
 	})
@@ -44,40 +48,35 @@ func TestTxPipeline(t *testing.T) {
 		counter.reset()
 		var seen int64
 		var id int
-		err := l.WithTx(ctx, func(tx pgx.Tx) error {
-			if err := insert(ctx, tx, 1, "a"); err != nil {
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			insert(tx, 1, "a")
+			inserted := ledger.QueryRowLater(tx, scanInt, `INSERT INTO pipeline_test (id, v) VALUES (2, 'b') RETURNING id`)
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pipeline_test`).Scan(&seen); err != nil {
 				return err
 			}
-			if err := ledger.LaterRow(ctx, tx, func(row pgx.Row) error { return row.Scan(&id) },
-				`INSERT INTO pipeline_test (id, v) VALUES (2, 'b') RETURNING id`); err != nil {
-				return err
-			}
-			require.Zero(t, id, "not sent yet")
-			return tx.QueryRow(ctx, `SELECT count(*) FROM pipeline_test`).Scan(&seen)
+			var err error
+			id, err = inserted.Get(ctx) // sent with the select
+			return err
 		})
 		require.NoError(t, err)
 		require.Equal(t, int64(2), seen, "the read sees the writes queued before it")
-		require.Equal(t, 2, id, "the queued statement's row is read when it is sent")
+		require.Equal(t, 2, id, "the queued statement's row, read when it was sent")
 		require.Equal(t, int64(2), counter.n.Load(), "begin with both inserts and the select, commit:%s", counter)
 		require.Equal(t, int64(2), count())
 	})
 
 	t.Run("QueuedWritesAreSentBeforeTheCommit", func(t *testing.T) {
 		counter.reset()
-		require.NoError(t, l.WithTx(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, 3, "c") }))
+		require.NoError(t, l.InTx(ctx, func(tx *ledger.Tx) error { insert(tx, 3, "c"); return nil }))
 		require.Equal(t, int64(3), count())
 		require.Equal(t, int64(2), counter.n.Load(), "begin with the insert, commit:%s", counter)
 	})
 
 	t.Run("AFailedQueuedWriteFailsTheTransaction", func(t *testing.T) {
 		var reached bool
-		err := l.WithTx(ctx, func(tx pgx.Tx) error {
-			if err := insert(ctx, tx, 4, "d"); err != nil {
-				return err
-			}
-			if err := insert(ctx, tx, 1, "duplicate"); err != nil {
-				return err
-			}
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			insert(tx, 4, "d")
+			insert(tx, 1, "duplicate")
 			_, err := tx.Exec(ctx, `INSERT INTO pipeline_test (id, v) VALUES (5, 'e')`)
 			reached = true
 			return err
@@ -94,12 +93,8 @@ func TestTxPipeline(t *testing.T) {
 		// River's driver reads pgx.ErrNoRows from its own statement as "not
 		// found" (the kill switch's queue row: not paused); a queued read's
 		// missing row must fail as what it is.
-		var v string
-		err := l.WithTx(ctx, func(tx pgx.Tx) error {
-			if err := ledger.LaterRow(ctx, tx, func(row pgx.Row) error { return row.Scan(&v) },
-				`SELECT v FROM pipeline_test WHERE id = -1`); err != nil {
-				return err
-			}
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			ledger.QueryRowLater(tx, scanInt, `SELECT id FROM pipeline_test WHERE id = -1`)
 			var one int
 			return tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
 		})
@@ -110,40 +105,53 @@ func TestTxPipeline(t *testing.T) {
 
 	t.Run("AFailedCheckFailsTheTransaction", func(t *testing.T) {
 		errCheck := errors.New("no row updated")
-		err := l.WithTx(ctx, func(tx pgx.Tx) error {
-			if err := insert(ctx, tx, 6, "f"); err != nil {
-				return err
-			}
-			return ledger.LaterExec(ctx, tx, func(tag pgconn.CommandTag) error {
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			insert(tx, 6, "f")
+			ledger.ExecLaterChecked(tx, func(tag pgconn.CommandTag) error {
 				if tag.RowsAffected() != 1 {
 					return errCheck
 				}
 				return nil
 			}, `UPDATE pipeline_test SET v = 'x' WHERE id = 99`)
+			return nil
 		})
 		require.ErrorIs(t, err, errCheck)
 		require.Equal(t, int64(3), count(), "6 rolled back")
 	})
 
 	t.Run("ASavepointRolledBackDropsItsQueuedWrites", func(t *testing.T) {
-		err := l.WithTx(ctx, func(tx pgx.Tx) error {
-			if err := insert(ctx, tx, 7, "g"); err != nil {
-				return err
-			}
-			sp, err := tx.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			if err := insert(ctx, sp, 8, "h"); err != nil {
-				return err
-			}
-			if err := sp.Rollback(ctx); err != nil {
-				return err
-			}
-			return insert(ctx, tx, 9, "i")
+		var rolledBack *ledger.Later[int]
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			insert(tx, 7, "g")
+			errRollback := errors.New("roll back")
+			err := tx.Savepoint(ctx, func(sp *ledger.Tx) error {
+				insert(sp, 8, "h")
+				rolledBack = ledger.QueryRowLater(sp, scanInt, `SELECT 8`)
+				return errRollback
+			})
+			require.ErrorIs(t, err, errRollback)
+			_, err = rolledBack.Get(ctx)
+			require.ErrorContains(t, err, "rolled back before it ran")
+			insert(tx, 9, "i")
+			return nil
 		})
 		require.NoError(t, err)
 		require.Equal(t, int64(5), count(), "7 and 9, not 8")
 		require.Zero(t, b.Count(t, `SELECT count(*) FROM pipeline_test WHERE id = 8`))
+	})
+
+	t.Run("ALaterReadSendsWhatIsQueuedWithIt", func(t *testing.T) {
+		counter.reset()
+		var seen int
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			insert(tx, 10, "j")
+			total := ledger.QueryRowLater(tx, scanInt, `SELECT count(*)::int FROM pipeline_test`)
+			var err error
+			seen, err = total.Get(ctx)
+			return err
+		})
+		require.NoError(t, err)
+		require.Equal(t, 6, seen, "the read sees the insert queued before it")
+		require.Equal(t, int64(2), counter.n.Load(), "begin with the insert and the read, commit:%s", counter)
 	})
 }
