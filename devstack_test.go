@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/proc"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // devStack is the stack `make run` starts (scripts/run-dev.sh), moved to

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/proc"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/proc"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // The README's quick start as written (defaults of scripts/run-dev.sh); the

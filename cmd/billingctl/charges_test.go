@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // chargesBundle is a ledger on a fresh database (with a charge scheduler, so

@@ -14,7 +14,7 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // TestRecover restores nothing itself: it builds the state a restore leaves

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/testdb"
-	"github.com/tally-billing/tally/internal/testtool"
+	"github.com/tally-billing/tally/internal/tools/testdb"
+	"github.com/tally-billing/tally/internal/tools/testtool"
 )
 
 const metricsToken = "metrics-token-0123456789"

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 func TestPools(t *testing.T) {

@@ -21,8 +21,8 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/testdb"
-	"github.com/tally-billing/tally/internal/testtool"
+	"github.com/tally-billing/tally/internal/tools/testdb"
+	"github.com/tally-billing/tally/internal/tools/testtool"
 )
 
 // basicAnswer is the status and headers of an answer getBasic read.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripesim"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // secretsWaitMax bounds each wait for the money path (a charge, a refund) in

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/testtool"
+	"github.com/tally-billing/tally/internal/tools/testtool"
 )
 
 type dashboard struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tally-billing/tally/internal/testtool"
+	"github.com/tally-billing/tally/internal/tools/testtool"
 )
 
 // object is the part of a rendered manifest the checks read.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
-	"github.com/tally-billing/tally/api/apispectest"
+	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 

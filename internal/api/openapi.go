@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"strconv"
 
-	apispec "github.com/tally-billing/tally/api"
+	apispec "github.com/tally-billing/tally/apispec"
 )
 
 // handleOpenAPIDocument answers the API's OpenAPI 3.1 document
-// (api/openapi.yaml, built into the binary), open like /healthz.
+// (apispec/openapi.yaml, built into the binary), open like /healthz.
 func handleOpenAPIDocument() http.Handler {
 	doc := apispec.Document()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

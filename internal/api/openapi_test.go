@@ -16,12 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	apispec "github.com/tally-billing/tally/api"
-	"github.com/tally-billing/tally/api/apispectest"
+	apispec "github.com/tally-billing/tally/apispec"
+	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
-// TestOpenAPI holds api/openapi.yaml to the code where no answer shows it
+// TestOpenAPI holds apispec/openapi.yaml to the code where no answer shows it
 // (every answer of every API test is checked against the document by
 // newServer): the document describes exactly the routes of routes.go, with
 // their auth, the ledger's statuses and held reasons, and every problem code;
@@ -66,7 +66,7 @@ func TestOpenAPI(t *testing.T) {
 		}
 		answered := problemCodes(t)
 		slices.Sort(documented)
-		require.Equal(t, answered, documented, "the codes of Problem.code in api/openapi.yaml")
+		require.Equal(t, answered, documented, "the codes of Problem.code in apispec/openapi.yaml")
 	})
 
 	// Routes: every route of routes.go is an operation of the document, with
@@ -98,9 +98,9 @@ func TestOpenAPI(t *testing.T) {
 				// A request for the operation, with a value for each wildcard.
 				req := httptest.NewRequest(method, wildcard.ReplaceAllString(template, "1"), nil)
 				_, pattern := mux.Handler(req)
-				require.NotEqual(t, "/", pattern, "%s is in api/openapi.yaml but not in routes.go", operation)
+				require.NotEqual(t, "/", pattern, "%s is in apispec/openapi.yaml but not in routes.go", operation)
 				if strings.Contains(pattern, " ") {
-					require.Equal(t, operation, pattern, "%s of api/openapi.yaml is routed to another route", operation)
+					require.Equal(t, operation, pattern, "%s of apispec/openapi.yaml is routed to another route", operation)
 				}
 				reached[pattern] = true
 
@@ -112,7 +112,7 @@ func TestOpenAPI(t *testing.T) {
 					}
 				}
 				slices.Sort(security)
-				require.Equal(t, r.security, security, "the security of %s in api/openapi.yaml", operation)
+				require.Equal(t, r.security, security, "the security of %s in apispec/openapi.yaml", operation)
 				if r.handler != "" {
 					want := strings.ToLower(r.handler[:1]) + r.handler[1:]
 					require.Equal(t, want, op.OperationId, "the operationId of %s (handle%s in routes.go)", operation, r.handler)
@@ -121,7 +121,7 @@ func TestOpenAPI(t *testing.T) {
 		}
 		for pattern := range routes {
 			if pattern != "/" {
-				require.True(t, reached[pattern], "routes.go routes %q, which api/openapi.yaml does not describe", pattern)
+				require.True(t, reached[pattern], "routes.go routes %q, which apispec/openapi.yaml does not describe", pattern)
 			}
 		}
 	})

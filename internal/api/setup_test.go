@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/tally-billing/tally/api/apispectest"
+	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // testBundle is what an API test needs: a ledger on a fresh database with
@@ -42,7 +42,7 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	return ctx, b
 }
 
-// newServer is api.NewServer held to the OpenAPI document, api/openapi.yaml
+// newServer is api.NewServer held to the OpenAPI document, apispec/openapi.yaml
 // (apispectest.Handler): a test fails when a request of it gets an answer the
 // document does not allow, or is accepted though the document does not allow
 // it. Every API test serves through it.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // usageEventBody is a usage event as the API answers it.

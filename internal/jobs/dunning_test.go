@@ -11,7 +11,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripesim"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 	"github.com/tally-billing/tally/internal/webhook"
 )
 

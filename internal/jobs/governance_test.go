@@ -10,8 +10,8 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // TestPeriodBudgetRace: three worker replicas race 50 charges of 100 cents

@@ -7,7 +7,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // TestRecoverLostCharges is a lossy failover that dropped periods' closes

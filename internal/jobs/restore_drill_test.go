@@ -9,9 +9,9 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 	"github.com/tally-billing/tally/internal/stripesim"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // restored returns a bundle on a database restored from dump, sharing b's

@@ -15,10 +15,10 @@ import (
 	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
 	"github.com/tally-billing/tally/internal/postgres"
 	"github.com/tally-billing/tally/internal/stripeapi"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 	"github.com/tally-billing/tally/internal/webhook"
 )
 

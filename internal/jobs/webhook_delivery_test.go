@@ -23,7 +23,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 	"github.com/tally-billing/tally/internal/webhook"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 func TestChargeKeys(t *testing.T) {

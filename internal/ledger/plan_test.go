@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // requirePlans prepares query on b's database and requires its plan, custom

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 // testBundle is what a ledger test needs: a ledger on a fresh database

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/testtool"
+	"github.com/tally-billing/tally/internal/tools/testtool"
 )
 
 // stripeMockURL starts Stripe's official stripe-mock (which validates every

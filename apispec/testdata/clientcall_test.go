@@ -1,7 +1,7 @@
 package tallyclient
 
-// TestClient (api/client_test.go) copies this file next to a client it
-// generates from api/openapi.yaml with oapi-codegen and runs it there: the
+// TestClient (apispec/client_test.go) copies this file next to a client it
+// generates from apispec/openapi.yaml with oapi-codegen and runs it there: the
 // calls below go through the generated client to Tally's API on a test
 // database, and every answer is also checked against the document.
 
@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/api/apispectest"
+	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/api"
 	"github.com/tally-billing/tally/internal/ledger"
-	"github.com/tally-billing/tally/internal/ledgertest"
+	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
 func TestGeneratedClient(t *testing.T) {

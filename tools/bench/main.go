@@ -2,7 +2,7 @@
 // raw baselines (plain SQL, COPY, River with a no-op worker) and then Tally
 // through real HTTP against real server processes, prints one table of
 // ratios to the baselines, and exits 1 when a target is missed (see
-// internal/bench for the phases and targets).
+// internal/tools/bench for the phases and targets).
 //
 //	go run ./cmd/bench                      the full run (a few minutes)
 //	go run ./cmd/bench --short              a few seconds per phase, small counts; nothing asserted
@@ -26,8 +26,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tally-billing/tally/internal/bench"
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/bench"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // stackConfig describes the Tally processes of a run. Its database must

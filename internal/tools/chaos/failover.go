@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // FailoverConfig sizes a failover drill. ShortFailoverConfig and

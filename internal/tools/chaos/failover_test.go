@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // TestFailoverShort is the short failover drill inside make test: a primary

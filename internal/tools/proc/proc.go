@@ -1,5 +1,5 @@
 // Package proc runs the repository's commands as child processes for the
-// multi-process tools (internal/chaos, internal/bench): it builds the
+// multi-process tools (internal/tools/chaos, internal/tools/bench): it builds the
 // commands, finds free loopback ports, starts, awaits and stops long-running
 // processes, and runs one-shot tools such as migrate and billingctl.
 package proc

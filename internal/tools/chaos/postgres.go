@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // cluster is a private Postgres cluster the run owns, so restarting it

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tally-billing/tally/internal/proc"
-	"github.com/tally-billing/tally/internal/testdb"
+	"github.com/tally-billing/tally/internal/tools/proc"
+	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
 // TestBenchShort runs every phase of the benchmark, short-sized, against the

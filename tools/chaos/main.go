@@ -1,4 +1,4 @@
-// Command chaos runs Tally's fault-injection suite (internal/chaos): the
+// Command chaos runs Tally's fault-injection suite (internal/tools/chaos): the
 // real binaries as 3 worker and 2 API replicas, a private Postgres cluster,
 // the Stripe simulator, concurrent load and faults everywhere, then an
 // independent check of the promise. It prints a report and exits 1 on any
@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tally-billing/tally/internal/chaos"
+	"github.com/tally-billing/tally/internal/tools/chaos"
 )
 
 func main() {

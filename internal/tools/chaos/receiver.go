@@ -15,7 +15,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // receiverFailRate is the share of deliveries the run's webhook receiver

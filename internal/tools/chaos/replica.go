@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // standbyAppName is the standby's application_name, as pg_stat_replication

@@ -17,7 +17,7 @@ const (
 // docsIntro introduces the marked section when WriteDocs has to add it.
 const docsIntro = `## make bench
 
-` + "`make bench`" + ` (cmd/bench, internal/bench) measures, in one run against one Postgres, raw
+` + "`make bench`" + ` (tools/bench, internal/tools/bench) measures, in one run against one Postgres, raw
 baselines — event and outbox rows inserted with plain SQL, COPY, River working no-op jobs — and
 then Tally through real HTTP against real server processes, and prints the table below: each
 target is a ratio to a baseline of the same run (GitHub issue 11). It exits 1 when a target is

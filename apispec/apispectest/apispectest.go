@@ -1,5 +1,5 @@
 // Package apispectest holds an HTTP handler to Tally's OpenAPI document
-// (apispec, api/openapi.yaml) in tests: Handler checks every response the
+// (apispec, apispec/openapi.yaml) in tests: Handler checks every response the
 // handler writes, and every request it accepts, against the document and
 // fails the test on a mismatch. It is for tests only; nothing in the server
 // imports it.
@@ -25,7 +25,7 @@ import (
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
-	apispec "github.com/tally-billing/tally/api"
+	apispec "github.com/tally-billing/tally/apispec"
 )
 
 // Contract is the OpenAPI document, loaded once and ready to check responses
@@ -178,7 +178,7 @@ func handler(t testing.TB, h http.Handler, requests bool) http.Handler {
 		resp := rec.response(r)
 		defer resp.Body.Close()
 		if problems := c.check(r, route, resp); len(problems) > 0 {
-			t.Errorf("%s %s answered %d %s, which api/openapi.yaml does not allow:\n  %s\nbody: %.2000s",
+			t.Errorf("%s %s answered %d %s, which apispec/openapi.yaml does not allow:\n  %s\nbody: %.2000s",
 				r.Method, r.URL.RequestURI(), resp.StatusCode, resp.Header.Get("Content-Type"),
 				strings.Join(problems, "\n  "), rec.body.Bytes())
 		}
@@ -186,7 +186,7 @@ func handler(t testing.TB, h http.Handler, requests bool) http.Handler {
 			return
 		}
 		if problems := c.checkAccepted(r, route, resp, sent); len(problems) > 0 {
-			t.Errorf("%s %s was accepted (%d), but api/openapi.yaml does not allow the request:\n  %s\nrequest body: %.2000s",
+			t.Errorf("%s %s was accepted (%d), but apispec/openapi.yaml does not allow the request:\n  %s\nrequest body: %.2000s",
 				r.Method, r.URL.RequestURI(), resp.StatusCode, strings.Join(problems, "\n  "), sent)
 		}
 	})

@@ -28,6 +28,6 @@
 // replication was synchronous.
 //
 // Everything runs on loopback, bounded in count and time, and stops by
-// itself. cmd/chaos runs the long variants (make chaos, make failover);
+// itself. tools/chaos runs the long variants (make chaos, make failover);
 // TestChaosShort and TestFailoverShort the short ones inside make test.
 package chaos

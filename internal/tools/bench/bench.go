@@ -1,4 +1,4 @@
-// Package bench is `make bench` (cmd/bench): in one run against one
+// Package bench is `make bench` (tools/bench): in one run against one
 // Postgres it measures raw baselines — what Postgres and River do with no
 // Tally in the way — and then Tally through real HTTP against real server
 // processes, and compares them as ratios measured in the same run (the
@@ -47,8 +47,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tally-billing/tally/internal/jobs"
-	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/schema"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // Phase names, in the order they run.

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tally-billing/tally/internal/jobs"
-	"github.com/tally-billing/tally/internal/proc"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // Bounds on the untimed steps, which run until their count is done.

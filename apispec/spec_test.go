@@ -9,8 +9,8 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/stretchr/testify/require"
 
-	apispec "github.com/tally-billing/tally/api"
-	"github.com/tally-billing/tally/api/apispectest"
+	apispec "github.com/tally-billing/tally/apispec"
+	"github.com/tally-billing/tally/apispec/apispectest"
 )
 
 func TestDocument(t *testing.T) {
@@ -34,7 +34,7 @@ func TestDocument(t *testing.T) {
 				msgs = append(msgs, fmt.Sprintf("  %s: %s", f.FieldPath, f.Reason))
 			}
 		}
-		require.True(t, ok, "api/openapi.yaml is not a valid OpenAPI 3.1 document:\n%v", msgs)
+		require.True(t, ok, "apispec/openapi.yaml is not a valid OpenAPI 3.1 document:\n%v", msgs)
 		_, err = apispectest.Load()
 		require.NoError(t, err)
 	})

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tally-billing/tally/internal/proc"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
 // run is the state of one chaos run.
