@@ -1,3 +1,7 @@
+// Package tally_test tests the repository as a whole, as a reader meets it:
+// the README's quick start run as written against the stack of make run
+// (readme_test.go), and a refund and a dispute made in that stack's
+// simulator found in the ledger (devstack_test.go).
 package tally_test
 
 import (

@@ -102,7 +102,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Parallel()
 		c, err := loadConfig(testEnv(nil))
 		require.NoError(t, err)
-		// The documented defaults (DESIGN.md, Configuration).
+		// The documented defaults (docs/design.md, Configuration: README's table).
 		require.Equal(t, "postgres://tally@127.0.0.1:5432/tally", c.DatabaseURL)
 		require.Equal(t, ":8080", c.HTTPAddr)
 		require.Equal(t, []string{"api", "worker"}, c.Roles)

@@ -10,11 +10,11 @@ import (
 )
 
 // gcPercentDefault is the server's GOGC when the environment sets none. Go's
-// own default (100) collects a batch request's garbage two or three times per
-// request and hands the pages back to the kernel between requests: a third of
-// the server's CPU under batch ingest. At 400 the server stays near 100 MB
-// under `make bench` (docs/benchmarks.md); set GOGC (and GOMEMLIMIT) to trade
-// otherwise.
+// own default (100) collects a batch request's garbage several times per
+// request and hands the pages back to the kernel between requests, a large
+// share of the server's CPU under batch ingest; 400 collects less often for
+// a bounded rise in memory (the figures: docs/benchmarks.md, "Figures behind
+// the code's choices"). Set GOGC (and GOMEMLIMIT) to trade otherwise.
 const gcPercentDefault = 400
 
 func main() {

@@ -371,10 +371,10 @@ func describeType(e *json.UnmarshalTypeError) string {
 }
 
 // Bounds on what a problem lists, so that an answer stays a few KiB whatever
-// was sent (a field problem per key once answered an event of 1 MiB with 7.7
-// MB): the problems beyond them are counted in the problem's omitted (for a
-// batch, the failing events not listed; for an event of it, its field
-// problems not listed).
+// was sent (a field problem per key would answer an event of 1 MiB of
+// unknown keys with megabytes): the problems beyond them are counted in the
+// problem's omitted (for a batch, the failing events not listed; for an
+// event of it, its field problems not listed).
 const (
 	// problemErrorsMax is the most field problems a problem lists in errors.
 	problemErrorsMax = 10

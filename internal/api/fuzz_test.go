@@ -84,8 +84,9 @@ func fuzzRecord(t *testing.T, p ledger.UsageEventParams) (*ledger.UsageEventResu
 // test), it also checks, like every API test, that the answer is one the
 // OpenAPI document allows (apispectest.ResponseHandler: the stubbed ledger
 // accepts requests the API refuses; h behind withRequestID, as NewServer
-// serves it); fuzzing (go test -fuzz), it does not: the check makes each run
-// about ten times slower.
+// serves it); fuzzing (go test -fuzz), it does not: the check costs each run
+// far more than the handler does, and a fuzzer lives on runs per second
+// (docs/benchmarks.md, "Figures behind the code's choices").
 func fuzzServe(t *testing.T, h http.Handler, path string, body []byte, header http.Header) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

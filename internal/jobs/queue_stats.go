@@ -18,11 +18,11 @@ import (
 // autovacuum off, or behind a burst), the planner takes the charge jobs due
 // at a close for a handful of rows, and River's scheduling query, which
 // checks every due job's unique key against every other (JobSchedule's
-// unique_conflicts), runs as a nested loop over them: measured here, 4,830 ms
-// and four million index scans to make 2,000 charge jobs available at once,
-// against 55 ms once the table was analyzed. QueueStatsKeep keeps the
-// statistics of river_job current the way autovacuum's analyze would, so a
-// mass close costs what the jobs cost.
+// unique_conflicts), runs as a nested loop over them: its cost grows with the
+// square of the jobs due at once, and a mass close stalls on it
+// (docs/benchmarks.md, "Figures behind the code's choices"). QueueStatsKeep
+// keeps the statistics of river_job current the way autovacuum's analyze
+// would, so a mass close costs what the jobs cost.
 
 // queueStatsEvery is how often QueueStatsKeep looks at river_job's
 // statistics: one read of Postgres's activity counters, in memory.

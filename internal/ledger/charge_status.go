@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// ChargeStatus is the status of a charge (DESIGN.md, the charge status
-// machine). chargeTransitions says which changes are allowed and who may make
-// each; the trigger billing.charges_status_guard enforces the same pairs in
+// ChargeStatus is the status of a charge (docs/design.md, Charge states).
+// chargeTransitions says which changes are allowed and who may make each;
+// the trigger billing.charges_status_guard enforces the same pairs in
 // Postgres.
 type ChargeStatus string
 
@@ -125,7 +125,7 @@ func (r HeldReason) Exit(chargeID int64) string {
 	return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (charge it anyway) or billingctl charges cancel %d --reason \"…\"", chargeID, chargeID)
 }
 
-// OutcomeClass classifies one Stripe answer (DESIGN.md, money path step 5).
+// OutcomeClass classifies one Stripe answer (docs/design.md, Outcomes).
 type OutcomeClass string
 
 // Outcome classes.

@@ -14,9 +14,9 @@ import (
 )
 
 // BenchmarkPeriodLock compares, under one hot customer, the two ways
-// DESIGN.md allows ingest to hold its period against a close: FOR KEY SHARE
-// on the period row (what Tally does) and a shared transaction-level advisory
-// lock keyed by customer and period. Each op is one ingest-shaped
+// ingest could hold its period against a close (docs/design.md, Ingest):
+// FOR KEY SHARE on the period row (what Tally does) and a shared
+// transaction-level advisory lock keyed by customer and period. Each op is one ingest-shaped
 // transaction — take the period lock, insert one event — from parallel
 // clients on one period. Compare the two ns/op of one run (the machine is
 // noisy; only the ratio means something):

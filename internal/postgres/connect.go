@@ -31,10 +31,12 @@ func Connect(ctx context.Context, databaseURL, applicationName string, maxConns 
 // are planned for the tables as they are each time they run
 // (plan_cache_mode=force_custom_plan). River's scheduling query, given a
 // generic plan while river_job was nearly empty (a new database; no ANALYZE
-// yet, autovacuum off or behind), scanned the table for each due job and
-// took seconds per run once a thousand charge jobs were due. River runs a
-// few statements per batch of jobs, so the planning costs little there; on
-// Tally's per-event statement it would cost 40% of ingest.
+// yet, autovacuum off or behind), scanned the table for each due job, a cost
+// that grows with the square of the jobs due. River runs a few statements
+// per batch of jobs, so the planning costs little there; Tally's per-event
+// statement runs once per event, where planning each run would be a large
+// share of ingest (docs/benchmarks.md, "Figures behind the code's
+// choices").
 func ConnectQueue(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
 	return connect(ctx, databaseURL, applicationName, maxConns, true)
 }

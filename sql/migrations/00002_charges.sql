@@ -1,6 +1,6 @@
--- Charges: one row per (customer, period), the status machine of DESIGN.md,
--- the append-only log of every Stripe call, and the log of every status
--- change with who made it.
+-- Charges: one row per (customer, period), the status machine of
+-- docs/design.md (Charge states), the append-only log of every Stripe call,
+-- and the log of every status change with who made it.
 
 -- +goose Up
 CREATE TABLE billing.charges (
