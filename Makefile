@@ -57,17 +57,17 @@ scale: ## 1,000 customers x 1 period closed at once against the simulator: one P
 
 bench: ## raw baselines, then Tally over HTTP, in one run: a table of ratios, exit 1 on a missed target (BENCHFLAGS=--short, --write-docs, ...)
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
-	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" $(GO) run ./cmd/bench $(BENCHFLAGS)
+	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" $(GO) run ./tools/bench $(BENCHFLAGS)
 
 chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce)
 	bash scripts/ensure-postgres.sh >/dev/null
-	$(GO) run ./cmd/chaos $(if $(SEED),--seed $(SEED))
+	$(GO) run ./tools/chaos $(if $(SEED),--seed $(SEED))
 
 failover: ## failover drill: replication stalled, primary killed, standby promoted; async then sync, no double charge (SEED=n)
 	bash scripts/ensure-postgres.sh >/dev/null
 	status=0; \
-	$(GO) run ./cmd/chaos --failover $(if $(SEED),--seed $(SEED)) || status=1; \
-	$(GO) run ./cmd/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
+	$(GO) run ./tools/chaos --failover $(if $(SEED),--seed $(SEED)) || status=1; \
+	$(GO) run ./tools/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
 	exit $$status
 
 vet: ## go vet

@@ -4,10 +4,10 @@
 // ratios to the baselines, and exits 1 when a target is missed (see
 // internal/tools/bench for the phases and targets).
 //
-//	go run ./cmd/bench                      the full run (a few minutes)
-//	go run ./cmd/bench --short              a few seconds per phase, small counts; nothing asserted
-//	go run ./cmd/bench --only raw_sql,ingest_spread
-//	go run ./cmd/bench --write-docs         also rewrite the marked section of docs/benchmarks.md
+//	go run ./tools/bench                      the full run (a few minutes)
+//	go run ./tools/bench --short              a few seconds per phase, small counts; nothing asserted
+//	go run ./tools/bench --only raw_sql,ingest_spread
+//	go run ./tools/bench --write-docs         also rewrite the marked section of docs/benchmarks.md
 //
 // The admin URL (a role allowed to CREATE DATABASE) comes from --admin-url or
 // TALLY_TEST_ADMIN_DATABASE_URL; make bench sets it from
@@ -132,12 +132,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// commandLine is the command as a person would type it: go run ./cmd/bench
+// commandLine is the command as a person would type it: go run ./tools/bench
 // when run by go run (a binary in a go-build directory), else the binary.
 func commandLine(args []string) string {
 	name := os.Args[0]
 	if strings.Contains(name, "go-build") {
-		name = "go run ./cmd/bench"
+		name = "go run ./tools/bench"
 	}
 	parts := []string{name}
 	for _, a := range args {

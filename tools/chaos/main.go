@@ -4,9 +4,9 @@
 // independent check of the promise. It prints a report and exits 1 on any
 // violation.
 //
-//	go run ./cmd/chaos                 the long variant (make chaos)
-//	go run ./cmd/chaos --short         the variant inside make test
-//	go run ./cmd/chaos --seed 42       reproduce a run's schedule of faults
+//	go run ./tools/chaos                 the long variant (make chaos)
+//	go run ./tools/chaos --short         the variant inside make test
+//	go run ./tools/chaos --seed 42       reproduce a run's schedule of faults
 //
 // With --failover it runs the failover drill instead (chaos.RunFailover): a
 // primary with a streaming standby, replication stalled while periods are
@@ -14,9 +14,9 @@
 // check that no (customer, period) was charged twice. It exits 1 on any
 // violation.
 //
-//	go run ./cmd/chaos --failover         asynchronous replication (lossy), long variant (make failover)
-//	go run ./cmd/chaos --failover --sync  synchronous replication: nothing acknowledged may be lost
-//	go run ./cmd/chaos --failover --short --stall 6s
+//	go run ./tools/chaos --failover         asynchronous replication (lossy), long variant (make failover)
+//	go run ./tools/chaos --failover --sync  synchronous replication: nothing acknowledged may be lost
+//	go run ./tools/chaos --failover --short --stall 6s
 package main
 
 import (

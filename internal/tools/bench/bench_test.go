@@ -27,7 +27,7 @@ func TestBenchShort(t *testing.T) {
 	cfg.WorkDir = t.TempDir()
 	cfg.Duration = 1500 * time.Millisecond
 	cfg.Charges, cfg.LoadEvents, cfg.Customers = 50, 5000, 200
-	cfg.Command = "go test ./internal/bench/ -run TestBenchShort"
+	cfg.Command = "go test ./internal/tools/bench/ -run TestBenchShort"
 	cfg.Log = testWriter{t}
 
 	report, err := Run(ctx, cfg)
