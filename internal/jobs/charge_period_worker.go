@@ -115,8 +115,13 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		return s.err
 	}
 	// 2b. A past_due charge's retry: cancel its PaymentIntents that could
-	// still succeed, then the next key generation.
-	if cl, s = r.retry(ctx, cl); s.end {
+	// still succeed and read the customer's default payment method, then
+	// settle the charge, finish its cancel or begin the next key generation.
+	cn, s := r.cancel(ctx, cl)
+	if s.end {
+		return s.err
+	}
+	if cl, s = r.beginRetry(ctx, cl, cn); s.end {
 		return s.err
 	}
 	// 3. Look for the charge on Stripe unless its key is proven fresh (by
@@ -272,57 +277,88 @@ type claimed struct {
 	at    time.Time // on the monotonic clock: how long the run has held the lease
 }
 
-// retry is step 2b, for a past_due charge whose retry is due (dunning; the
-// claim's Retry). It lists the charge's PaymentIntents on Stripe and cancels
-// each one that could still succeed, so that none of them ever does; one
-// that succeeded or is processing after all is the charge's outcome (two
-// are a double charge: held). An operator's cancel of the charge is then
-// carried out (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin
-// commits the next key generation, the customer's current payment method and
-// the attempt row, and the call goes on with the new key. A crash anywhere here
-// leaves the charge past_due and due: the next run lists again.
-func (r *chargeRun) retry(ctx context.Context, cl claimed) (claimed, step) {
+// cancel is step 2b's Stripe half, for a past_due charge whose retry is due
+// (dunning; the claim's Retry). It lists the charge's PaymentIntents on
+// Stripe and cancels each one that could still succeed, so that none of them
+// ever does; one that succeeded or is processing after all is moved, and
+// beginRetry makes it the charge's outcome. Unless one moved or an operator
+// asked to cancel the charge, it then reads the Stripe customer's current
+// default payment method for the next attempt. A crash anywhere here leaves
+// the charge past_due and due: the next run lists again.
+func (r *chargeRun) cancel(ctx context.Context, cl claimed) (canceled, step) {
 	if !cl.claim.Retry {
-		return cl, goOn
+		return canceled{}, goOn
 	}
 	c := cl.claim.Charge
 	pis, err := chargePaymentIntents(ctx, r.w.stripe, c)
 	if err != nil {
-		return claimed{}, r.release(ctx, cl, err)
+		return canceled{}, r.release(ctx, cl, err)
 	}
 	if own := c.StripePaymentIntentID; own != nil && !slices.ContainsFunc(pis, func(pi *stripe.PaymentIntent) bool { return pi.ID == *own }) {
 		// The one the ledger names, although the listing missed it.
 		pi, err := r.w.stripe.PaymentIntentGet(ctx, *own)
 		if err != nil {
-			return claimed{}, r.release(ctx, cl, fmt.Errorf("error reading PaymentIntent %s before a retry: %w", *own, err))
+			return canceled{}, r.release(ctx, cl, fmt.Errorf("error reading PaymentIntent %s before a retry: %w", *own, err))
 		}
 		pis = append(pis, pi)
 	}
-	var retired []string
-	var moved []*stripe.PaymentIntent
+	var cn canceled
 	for _, pi := range pis {
 		if pi.Status != stripe.PaymentIntentStatusCanceled && !paymentIntentMoved(pi) {
 			if err := r.w.leaseLeft(ctx, cl.at); err != nil {
-				return claimed{}, r.release(ctx, cl, err)
+				return canceled{}, r.release(ctx, cl, err)
 			}
 			if pi, err = r.cancelPaymentIntent(ctx, pi.ID); err != nil {
-				return claimed{}, r.release(ctx, cl, err)
+				return canceled{}, r.release(ctx, cl, err)
 			}
 		}
 		switch {
 		case pi.Status == stripe.PaymentIntentStatusCanceled:
-			retired = append(retired, pi.ID)
+			cn.retired = append(cn.retired, pi.ID)
 		case paymentIntentMoved(pi):
-			moved = append(moved, pi)
+			cn.moved = append(cn.moved, pi)
 		default:
-			return claimed{}, r.release(ctx, cl, fmt.Errorf("PaymentIntent %s of charge %d is %s after its cancel; retrying", pi.ID, c.ID, pi.Status))
+			return canceled{}, r.release(ctx, cl, fmt.Errorf("PaymentIntent %s of charge %d is %s after its cancel; retrying", pi.ID, c.ID, pi.Status))
 		}
 	}
-	if len(moved) > 0 {
+	if len(cn.moved) > 0 {
+		return cn, goOn // paid after all: no next attempt
+	}
+	if s := r.crashAt(crashAfterCancel); s.end {
+		return canceled{}, s
+	}
+	if c.CancelRequestedAt != nil {
+		return cn, goOn // an operator's cancel: no next attempt
+	}
+	if cn.paymentMethodID, err = defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID); err != nil {
+		return canceled{}, r.release(ctx, cl, err)
+	}
+	return cn, goOn
+}
+
+// canceled is what cancel left of a charge's PaymentIntents on Stripe.
+type canceled struct {
+	retired         []string                // canceled, now or before
+	moved           []*stripe.PaymentIntent // succeeded or processing: none was canceled in time
+	paymentMethodID string                  // the Stripe customer's default, for the next attempt
+}
+
+// beginRetry is step 2b's ledger half, after cancel. A PaymentIntent that
+// moved is the charge's outcome (two are a double charge: held). An
+// operator's cancel of the charge is then carried out
+// (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin commits the
+// next key generation, the customer's current payment method and the attempt
+// row, and the call goes on with the new key.
+func (r *chargeRun) beginRetry(ctx context.Context, cl claimed, cn canceled) (claimed, step) {
+	if !cl.claim.Retry {
+		return cl, goOn
+	}
+	c := cl.claim.Charge
+	if len(cn.moved) > 0 {
 		// The canceled ones are retired first: one the charge names
 		// (a ledger restored from before its retry) is no charge.
-		o, _ := reconcileOutcome(c, moved, r.w.stripe.Livemode())
-		settled, err := r.w.ledger.ChargeRecordRetryPaid(ctx, cl.claim, retired, o, r.actor, r.completeJob)
+		o, _ := reconcileOutcome(c, cn.moved, r.w.stripe.Livemode())
+		settled, err := r.w.ledger.ChargeRecordRetryPaid(ctx, cl.claim, cn.retired, o, r.actor, r.completeJob)
 		if err != nil {
 			return claimed{}, endRun(err)
 		}
@@ -331,32 +367,25 @@ func (r *chargeRun) retry(ctx context.Context, cl claimed) (claimed, step) {
 			level, msg = slog.LevelWarn, "past_due charge paid on Stripe before its cancel: not canceled"
 		}
 		r.logger.Log(ctx, level, msg, slog.Int64("charge_id", c.ID),
-			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(moved)))
+			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(cn.moved)))
 		return claimed{}, endRun(nil)
-	}
-	if res := r.crashAt(crashAfterCancel); res.end {
-		return claimed{}, res
 	}
 	if c.CancelRequestedAt != nil {
 		// An operator's cancel: none of the charge's PaymentIntents can
 		// succeed any more, so the charge is canceled and the job is done.
-		canceled, err := r.w.ledger.ChargeCancelFinish(ctx, cl.claim, retired, r.completeJob)
+		done, err := r.w.ledger.ChargeCancelFinish(ctx, cl.claim, cn.retired, r.completeJob)
 		if err != nil {
 			return claimed{}, r.release(ctx, cl, err)
 		}
-		r.logger.WarnContext(ctx, "past_due charge canceled by an operator", slog.Int64("charge_id", canceled.ID),
-			slog.String("actor", *canceled.CancelRequestedBy), slog.Any("canceled_payment_intents", retired))
+		r.logger.WarnContext(ctx, "past_due charge canceled by an operator", slog.Int64("charge_id", done.ID),
+			slog.String("actor", *done.CancelRequestedBy), slog.Any("canceled_payment_intents", cn.retired))
 		return claimed{}, endRun(nil)
-	}
-	pm, err := defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID)
-	if err != nil {
-		return claimed{}, r.release(ctx, cl, err)
 	}
 	if err := r.w.leaseLeft(ctx, cl.at); err != nil {
 		return claimed{}, r.release(ctx, cl, err)
 	}
 	next, err := r.w.ledger.ChargeRetryBegin(ctx, cl.claim, ledger.ChargeRetryBeginParams{
-		Retired: retired, DefaultPaymentMethodID: pm, Actor: r.actor})
+		Retired: cn.retired, DefaultPaymentMethodID: cn.paymentMethodID, Actor: r.actor})
 	if errors.Is(err, ledger.ErrChargingPaused) {
 		r.release(ctx, cl, nil)
 		return claimed{}, r.pausedSnooze(ctx)
@@ -365,7 +394,7 @@ func (r *chargeRun) retry(ctx context.Context, cl claimed) (claimed, step) {
 		return claimed{}, r.release(ctx, cl, err)
 	}
 	r.logger.InfoContext(ctx, "retrying past_due charge", slog.Int64("charge_id", c.ID), slog.Int("dunning_retry", next.Charge.DunningRetries),
-		slog.Int("key_generation", next.Charge.KeyGeneration), slog.Any("canceled_payment_intents", retired))
+		slog.Int("key_generation", next.Charge.KeyGeneration), slog.Any("canceled_payment_intents", cn.retired))
 	return claimed{claim: next, at: cl.at}, r.crashAt(crashAfterRetryBegin)
 }
 
