@@ -125,8 +125,13 @@ func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeri
 		return s.err
 	}
 	// 3. Look for the charge on Stripe unless its key is proven fresh (by
-	// the claim, after 1b's look-up).
-	if cl, s = r.decideKey(ctx, cl); s.end {
+	// the claim, after 1b's look-up), then record what was found: its
+	// outcome, or the key's first use.
+	pis, s := r.lookUp(ctx, cl)
+	if s.end {
+		return s.err
+	}
+	if cl, s = r.recordLookup(ctx, cl, pis); s.end {
 		return s.err
 	}
 	// 4. Create the PaymentIntent with the charge's idempotency key.
@@ -413,21 +418,30 @@ func (r *chargeRun) cancelPaymentIntent(ctx context.Context, id string) (*stripe
 	return got, nil
 }
 
-// decideKey is step 3. Tally's own record can be lost (a restored backup, a
-// failover that drops the last commits) and Stripe forgets a key after 24 h,
-// so unless this database holds an attempt of the key's generation within
-// the key window (ledger.Claim.Lookup), look for the charge's
-// PaymentIntents on Stripe first. One found → the charge takes its outcome
-// and the job completes; several, or one that differs from the charge →
-// held; none → ledger.ChargeLookupNone commits the key to call with (the
-// next generation when the key expired) and the attempt row.
-func (r *chargeRun) decideKey(ctx context.Context, cl claimed) (claimed, step) {
+// lookUp is step 3's Stripe half. Tally's own record can be lost (a restored
+// backup, a failover that drops the last commits) and Stripe forgets a key
+// after 24 h, so unless this database holds an attempt of the key's
+// generation within the key window (ledger.Claim.Lookup), it lists the
+// charge's PaymentIntents on Stripe before any call, for recordLookup.
+func (r *chargeRun) lookUp(ctx context.Context, cl claimed) ([]*stripe.PaymentIntent, step) {
 	if !cl.claim.Lookup {
-		return cl, goOn
+		return nil, goOn
 	}
 	pis, err := chargePaymentIntents(ctx, r.w.stripe, cl.claim.Charge)
 	if err != nil {
-		return claimed{}, r.release(ctx, cl, err)
+		return nil, r.release(ctx, cl, err)
+	}
+	return pis, goOn
+}
+
+// recordLookup is step 3's ledger half, after lookUp found pis. One found →
+// the charge takes its outcome and the job completes; several, or one that
+// differs from the charge → held; none → ledger.ChargeLookupNone commits the
+// key to call with (the next generation when the key expired) and the
+// attempt row.
+func (r *chargeRun) recordLookup(ctx context.Context, cl claimed, pis []*stripe.PaymentIntent) (claimed, step) {
+	if !cl.claim.Lookup {
+		return cl, goOn
 	}
 	o, found := reconcileOutcome(cl.claim.Charge, pis, r.w.stripe.Livemode())
 	if found {
