@@ -50,10 +50,11 @@ const (
 var errCrash = errors.New("simulated crash")
 
 // ChargePeriodWorker charges one (customer, period): DESIGN.md's money path,
-// steps 1 to 5, each step its own transaction in internal/ledger except the
-// close and the claim, which share one (Work lists them; each is a chargeRun
-// method that takes what the step before found and returns its own result
-// with a step).
+// steps 1 to 8. Each Stripe call stands alone in its step (1, 3, 5, 7) and
+// each ledger write is its own transaction in internal/ledger (2, 4, 6, 8);
+// the close and the claim share one (Work lists the steps; each is a
+// chargeRun method that takes what the steps before found and returns its
+// own result with a step).
 type ChargePeriodWorker struct {
 	river.WorkerDefaults[ChargePeriodArgs]
 
@@ -74,14 +75,14 @@ type ChargePeriodWorker struct {
 	crashHook func(point string) error
 }
 
-// Crash points of the charge path, in order.
+// Crash points of the charge path, in order, with the step each is in.
 const (
-	crashAfterClaim      = "after_claim"       // lease committed, Stripe not called
-	crashAfterCancel     = "after_cancel"      // a retry canceled the charge's PaymentIntents; the next generation not committed
-	crashAfterRetryBegin = "after_retry_begin" // a retry committed the next generation and its attempt; Stripe not called
-	crashAfterLookup     = "after_lookup"      // look-up found nothing; key and attempt committed, Stripe not called
-	crashAfterStripe     = "after_stripe"      // Stripe answered, outcome not written
-	crashBeforeComplete  = "before_complete"   // outcome written in the open transaction, job not completed
+	crashAfterClaim      = "after_claim"       // 2: lease committed, Stripe not called
+	crashAfterCancel     = "after_cancel"      // 3: a retry canceled the charge's PaymentIntents; the next generation not committed
+	crashAfterRetryBegin = "after_retry_begin" // 4: a retry committed the next generation and its attempt; Stripe not called
+	crashAfterLookup     = "after_lookup"      // 6: look-up found nothing; key and attempt committed, Stripe not called
+	crashAfterStripe     = "after_stripe"      // 7: Stripe answered, outcome not written
+	crashBeforeComplete  = "before_complete"   // 8: outcome written in the open transaction, job not completed
 )
 
 func (w *ChargePeriodWorker) crash(point string) error {
@@ -100,46 +101,55 @@ func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration
 func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
 	r := w.newRun(job)
 
-	// 1b. Look up the Stripe customer's default payment method if the charge
-	// will need it, and the charge on Stripe if it was never attempted.
+	// 1. Pre-flight (Stripe reads, no ledger write): the Stripe customer's
+	// default payment method if the charge will need it, and the charge on
+	// Stripe if it was never attempted.
 	pre, s := r.preflight(ctx)
 	if s.end {
 		return s.err
 	}
-	// 1a, 2. Close the period, find or create its charge and claim its lease,
-	// snapshotting the payment method (and marking the key's first use after
-	// a look-up that found nothing): one transaction, committed before any
-	// money moves.
+	// 2. Close and claim (ledger, one transaction): close the period, find or
+	// create its charge, claim its lease and snapshot the payment method (and
+	// mark the key's first use after a look-up that found nothing), committed
+	// before any money moves.
 	cl, s := r.closeClaim(ctx, pre)
 	if s.end {
 		return s.err
 	}
-	// 2b. A past_due charge's retry: cancel its PaymentIntents that could
-	// still succeed and read the customer's default payment method, then
-	// settle the charge, finish its cancel or begin the next key generation.
+	// 3. Cancel (Stripe): for a past_due charge whose retry is due, cancel its
+	// PaymentIntents that could still succeed, then read the customer's
+	// current default payment method for the next attempt.
 	cn, s := r.cancel(ctx, cl)
 	if s.end {
 		return s.err
 	}
-	if cl, s = r.beginRetry(ctx, cl, cn); s.end {
+	// 4. Begin the retry (ledger): settle the charge if a cancel showed it
+	// paid, or finish a cancel, or commit the next key generation and its
+	// attempt.
+	cl, s = r.beginRetry(ctx, cl, cn)
+	if s.end {
 		return s.err
 	}
-	// 3. Look for the charge on Stripe unless its key is proven fresh (by
-	// the claim, after 1b's look-up), then record what was found: its
-	// outcome, or the key's first use.
+	// 5. Look up (Stripe): look for the charge's PaymentIntent unless its key
+	// is proven fresh (by the claim, after step 1's look-up).
 	pis, s := r.lookUp(ctx, cl)
 	if s.end {
 		return s.err
 	}
-	if cl, s = r.recordLookup(ctx, cl, pis); s.end {
+	// 6. Record the look-up (ledger): a found PaymentIntent's outcome is
+	// recorded; nothing found marks the key's first use.
+	cl, s = r.recordLookup(ctx, cl, pis)
+	if s.end {
 		return s.err
 	}
-	// 4. Create the PaymentIntent with the charge's idempotency key.
+	// 7. Call (Stripe): create the PaymentIntent with the charge's
+	// idempotency key.
 	outcome, s := r.call(ctx, cl)
 	if s.end {
 		return s.err
 	}
-	// 5. Record the outcome; complete the job in the same transaction.
+	// 8. Record the outcome and complete the River job (ledger, one
+	// transaction).
 	return r.record(ctx, cl, outcome).err
 }
 
@@ -172,17 +182,17 @@ func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun
 			slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))}
 }
 
-// preflight is step 1b, taken before the close so that the close, the claim
+// preflight is step 1, taken before the close so that the close, the claim
 // and the key's first use are one transaction. For a charge that will have
 // no payment method (its customer has none registered) and was never
 // attempted, it looks up the Stripe customer's default one; the claim
 // snapshots it on the charge (ledger.ChargeClaimParams.PaymentMethodID).
 // With no default either, the charge goes on without one and Stripe's answer
 // fails it. For a charge with no attempt of its key generation on record, it
-// makes the charge's look-up (step 3) now: when no PaymentIntent carries the
+// makes the charge's look-up (step 5) now: when no PaymentIntent carries the
 // charge key, the claim marks the key's first use
 // (ledger.ChargeClaimParams.LookedUp); otherwise, or when the listing fails,
-// step 3 looks again once the charge is claimed.
+// step 5 looks again once the charge is claimed.
 func (r *chargeRun) preflight(ctx context.Context) (preflightResult, step) {
 	pf, err := r.w.ledger.ChargePreflight(ctx, r.job.Args.CustomerID, r.job.Args.Period)
 	if err != nil {
@@ -238,11 +248,11 @@ func defaultPaymentMethod(ctx context.Context, s Stripe, id string) (string, err
 	return "", nil
 }
 
-// closeClaim is steps 1a and 2 in one transaction: close the period, find or
-// create its charge and take its lease, committed before any money moves. A
-// charge that is terminal, held or processing needs no Stripe call, nor does
-// one its guards held or carried forward: the job is done. Another run's
-// live lease, or the kill switch, snoozes the job.
+// closeClaim is step 2, in one transaction: close the period, find or create
+// its charge and take its lease, committed before any money moves. A charge
+// that is terminal, held or processing needs no Stripe call, nor does one
+// its guards held or carried forward: the job is done. Another run's live
+// lease, or the kill switch, snoozes the job.
 func (r *chargeRun) closeClaim(ctx context.Context, pre preflightResult) (claimed, step) {
 	cc, err := r.w.ledger.PeriodCloseClaim(ctx, ledger.PeriodCloseClaimParams{
 		Close: ledger.PeriodCloseParams{CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor},
@@ -264,7 +274,7 @@ func (r *chargeRun) closeClaim(ctx context.Context, pre preflightResult) (claime
 		return claimed{}, endRun(pre.paymentMethodErr) // River retries with backoff; the period is closed
 	case cc.NeedsPaymentMethod:
 		// The customer's payment method or Stripe customer changed since
-		// step 1b read them.
+		// step 1 read them.
 		r.logger.InfoContext(ctx, "charge needs its payment method looked up; snoozing", slog.Int64("charge_id", cc.Charge.ID))
 		return claimed{}, endRun(river.JobSnooze(time.Second))
 	case cc.Claim == nil:
@@ -282,14 +292,14 @@ type claimed struct {
 	at    time.Time // on the monotonic clock: how long the run has held the lease
 }
 
-// cancel is step 2b's Stripe half, for a past_due charge whose retry is due
-// (dunning; the claim's Retry). It lists the charge's PaymentIntents on
-// Stripe and cancels each one that could still succeed, so that none of them
-// ever does; one that succeeded or is processing after all is moved, and
-// beginRetry makes it the charge's outcome. Unless one moved or an operator
-// asked to cancel the charge, it then reads the Stripe customer's current
-// default payment method for the next attempt. A crash anywhere here leaves
-// the charge past_due and due: the next run lists again.
+// cancel is step 3, for a past_due charge whose retry is due (dunning; the
+// claim's Retry). It lists the charge's PaymentIntents on Stripe and cancels
+// each one that could still succeed, so that none of them ever does; one
+// that succeeded or is processing after all is moved, and beginRetry makes
+// it the charge's outcome. Unless one moved or an operator asked to cancel
+// the charge, it then reads the Stripe customer's current default payment
+// method for the next attempt. A crash anywhere here leaves the charge
+// past_due and due: the next run lists again.
 func (r *chargeRun) cancel(ctx context.Context, cl claimed) (canceled, step) {
 	if !cl.claim.Retry {
 		return canceled{}, goOn
@@ -348,12 +358,12 @@ type canceled struct {
 	paymentMethodID string                  // the Stripe customer's default, for the next attempt
 }
 
-// beginRetry is step 2b's ledger half, after cancel. A PaymentIntent that
-// moved is the charge's outcome (two are a double charge: held). An
-// operator's cancel of the charge is then carried out
+// beginRetry is step 4, the ledger's half of a retry, after cancel. A
+// PaymentIntent that moved is the charge's outcome (two are a double charge:
+// held). An operator's cancel of the charge is then carried out
 // (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin commits the
-// next key generation, the customer's current payment method and the attempt
-// row, and the call goes on with the new key.
+// next key generation, the customer's current payment method and the
+// attempt row, and the call goes on with the new key.
 func (r *chargeRun) beginRetry(ctx context.Context, cl claimed, cn canceled) (claimed, step) {
 	if !cl.claim.Retry {
 		return cl, goOn
@@ -418,11 +428,11 @@ func (r *chargeRun) cancelPaymentIntent(ctx context.Context, id string) (*stripe
 	return got, nil
 }
 
-// lookUp is step 3's Stripe half. Tally's own record can be lost (a restored
-// backup, a failover that drops the last commits) and Stripe forgets a key
-// after 24 h, so unless this database holds an attempt of the key's
-// generation within the key window (ledger.Claim.Lookup), it lists the
-// charge's PaymentIntents on Stripe before any call, for recordLookup.
+// lookUp is step 5. Tally's own record can be lost (a restored backup, a
+// failover that drops the last commits) and Stripe forgets a key after 24 h,
+// so unless this database holds an attempt of the key's generation within
+// the key window (ledger.Claim.Lookup), it lists the charge's PaymentIntents
+// on Stripe before any call, for recordLookup.
 func (r *chargeRun) lookUp(ctx context.Context, cl claimed) ([]*stripe.PaymentIntent, step) {
 	if !cl.claim.Lookup {
 		return nil, goOn
@@ -434,11 +444,10 @@ func (r *chargeRun) lookUp(ctx context.Context, cl claimed) ([]*stripe.PaymentIn
 	return pis, goOn
 }
 
-// recordLookup is step 3's ledger half, after lookUp found pis. One found →
-// the charge takes its outcome and the job completes; several, or one that
-// differs from the charge → held; none → ledger.ChargeLookupNone commits the
-// key to call with (the next generation when the key expired) and the
-// attempt row.
+// recordLookup is step 6, after lookUp found pis. One found → the charge
+// takes its outcome and the job completes; several, or one that differs from
+// the charge → held; none → ledger.ChargeLookupNone commits the key to call
+// with (the next generation when the key expired) and the attempt row.
 func (r *chargeRun) recordLookup(ctx context.Context, cl claimed, pis []*stripe.PaymentIntent) (claimed, step) {
 	if !cl.claim.Lookup {
 		return cl, goOn
@@ -471,7 +480,7 @@ func (r *chargeRun) recordLookup(ctx context.Context, cl claimed, pis []*stripe.
 	return claimed{claim: next, at: cl.at}, r.crashAt(crashAfterLookup)
 }
 
-// call is step 4: create the PaymentIntent. Parameters and key are a pure
+// call is step 7: create the PaymentIntent. Parameters and key are a pure
 // function of the charge row. A run that stalled (GC, a paused VM) must not
 // call once its lease may have passed to another run, which may already have
 // moved on.
@@ -483,7 +492,7 @@ func (r *chargeRun) call(ctx context.Context, cl claimed) (ledger.Outcome, step)
 	return stripeapi.Classify(pi, err), r.crashAt(crashAfterStripe)
 }
 
-// record is step 5: record the outcome and, when the job's work is done,
+// record is step 8: record the outcome and, when the job's work is done,
 // complete the job in the same transaction. The answer is recorded even if
 // the job's deadline passed meanwhile. The outcome's class then says how the
 // job goes on (afterOutcome).

@@ -125,7 +125,7 @@ func (r HeldReason) Exit(chargeID int64) string {
 	return fmt.Sprintf("billingctl charges approve %d --reason \"…\" (charge it anyway) or billingctl charges cancel %d --reason \"…\"", chargeID, chargeID)
 }
 
-// OutcomeClass classifies one Stripe answer (DESIGN.md, money path step 5).
+// OutcomeClass classifies one Stripe answer (DESIGN.md, money path step 8).
 type OutcomeClass string
 
 // Outcome classes.

@@ -13,13 +13,14 @@
 // a busy machine.
 //
 // One concept per file. The money path of a charge, in DESIGN.md's steps:
-// period_close.go and charge_create.go (1, close + pre-flight),
+// period_close.go and charge_create.go (1, pre-flight, and 2, close),
 // charge_claim.go with charge_guard.go, charge_spend.go and charge_carry.go
 // (2, claim; the worker closes and claims in one transaction,
 // PeriodCloseClaim, after ChargePreflight; a look-up at Stripe made before it
 // that found nothing lets the claim mark the key's first use itself),
-// charge_lookup.go (3, decide the key), charge_attempt.go (the
-// attempt log around 4, the call), charge_record.go (5, record the outcome).
+// charge_dunning.go (4, begin the retry), charge_lookup.go (6, record the
+// look-up), charge_attempt.go (the attempt log around 7, the call),
+// charge_record.go (8, record the outcome).
 // charge_outcome.go is the one way any outcome moves a charge
 // (chargeApplyOutcomeTx); charge_reconcile.go applies what Stripe says later
 // (webhooks, the reconciler); charge_action.go holds the operator's actions;

@@ -201,7 +201,7 @@ func PaymentIntentParams(c *ledger.Charge) *stripe.PaymentIntentParams {
 }
 
 // Classify turns the result of a PaymentIntent create into the ledger's
-// outcome (DESIGN.md, money path step 5).
+// outcome (DESIGN.md, money path step 8).
 func Classify(pi *stripe.PaymentIntent, err error) ledger.Outcome {
 	if err == nil {
 		o := OutcomeOf(pi)
