@@ -41,7 +41,7 @@ func (b *testBundle) lostCallFor(t *testing.T, ctx context.Context, stripeCustom
 	return pi
 }
 
-// TestChargeLookup covers money path step 3 before a generation's first
+// TestChargeLookup covers money path steps 5 and 6 before a generation's first
 // call: this database holds no attempt of the key, so the worker lists the
 // customer's PaymentIntents on Stripe and matches the charge key first.
 func TestChargeLookup(t *testing.T) {

@@ -50,9 +50,11 @@ const (
 var errCrash = errors.New("simulated crash")
 
 // ChargePeriodWorker charges one (customer, period): DESIGN.md's money path,
-// steps 1 to 5, each step its own transaction in internal/ledger except the
-// close and the claim, which share one (Work lists them; each is a chargeRun
-// method of the same shape, returning a step).
+// steps 1 to 8. Each Stripe call stands alone in its step (1, 3, 5, 7) and
+// each ledger write is its own transaction in internal/ledger (2, 4, 6, 8);
+// the close and the claim share one (Work lists the steps; each is a
+// chargeRun method that takes what the steps before found and returns its
+// own result with a step).
 type ChargePeriodWorker struct {
 	river.WorkerDefaults[ChargePeriodArgs]
 
@@ -73,14 +75,14 @@ type ChargePeriodWorker struct {
 	crashHook func(point string) error
 }
 
-// Crash points of the charge path, in order.
+// Crash points of the charge path, in order, with the step each is in.
 const (
-	crashAfterClaim      = "after_claim"       // lease committed, Stripe not called
-	crashAfterCancel     = "after_cancel"      // a retry canceled the charge's PaymentIntents; the next generation not committed
-	crashAfterRetryBegin = "after_retry_begin" // a retry committed the next generation and its attempt; Stripe not called
-	crashAfterLookup     = "after_lookup"      // look-up found nothing; key and attempt committed, Stripe not called
-	crashAfterStripe     = "after_stripe"      // Stripe answered, outcome not written
-	crashBeforeComplete  = "before_complete"   // outcome written in the open transaction, job not completed
+	crashAfterClaim      = "after_claim"       // 2: lease committed, Stripe not called
+	crashAfterCancel     = "after_cancel"      // 3: a retry canceled the charge's PaymentIntents; the next generation not committed
+	crashAfterRetryBegin = "after_retry_begin" // 4: a retry committed the next generation and its attempt; Stripe not called
+	crashAfterLookup     = "after_lookup"      // 6: look-up found nothing; key and attempt committed, Stripe not called
+	crashAfterStripe     = "after_stripe"      // 7: Stripe answered, outcome not written
+	crashBeforeComplete  = "before_complete"   // 8: outcome written in the open transaction, job not completed
 )
 
 func (w *ChargePeriodWorker) crash(point string) error {
@@ -94,22 +96,61 @@ func (w *ChargePeriodWorker) crash(point string) error {
 func (w *ChargePeriodWorker) Timeout(*river.Job[ChargePeriodArgs]) time.Duration { return w.jobTimeout }
 
 // Work runs the charge of job's (customer, period) to an outcome: the steps
-// of the money path in order until one ends the run.
+// of the money path in order until one ends the run, each handing its result
+// to the next.
 func (w *ChargePeriodWorker) Work(ctx context.Context, job *river.Job[ChargePeriodArgs]) error {
 	r := w.newRun(job)
-	for _, s := range []func(context.Context) step{
-		r.preflight,  // 1b. look up the Stripe customer's default payment method if the charge will need it, and the charge on Stripe if it was never attempted
-		r.closeClaim, // 1a, 2. close the period, find or create its charge and claim its lease, snapshotting the payment method (and marking the key's first use after a look-up that found nothing): one transaction, committed before any money moves
-		r.retry,      // 2b. a past_due charge's retry: cancel its PaymentIntents that could still succeed, then the next key generation
-		r.decideKey,  // 3.  look for the charge on Stripe unless its key is proven fresh (by the claim, after 1b's look-up)
-		r.call,       // 4.  create the PaymentIntent with the charge's idempotency key
-		r.record,     // 5.  record the outcome; complete the job in the same transaction
-	} {
-		if res := s(ctx); res.end {
-			return res.err
-		}
+
+	// 1. Pre-flight (Stripe reads, no ledger write): the Stripe customer's
+	// default payment method if the charge will need it, and the charge on
+	// Stripe if it was never attempted.
+	pre, s := r.preflight(ctx)
+	if s.end {
+		return s.err
 	}
-	return nil
+	// 2. Close and claim (ledger, one transaction): close the period, find or
+	// create its charge, claim its lease and snapshot the payment method (and
+	// mark the key's first use after a look-up that found nothing), committed
+	// before any money moves.
+	cl, s := r.closeClaim(ctx, pre)
+	if s.end {
+		return s.err
+	}
+	// 3. Cancel (Stripe): for a past_due charge whose retry is due, cancel its
+	// PaymentIntents that could still succeed, then read the customer's
+	// current default payment method for the next attempt.
+	cn, s := r.cancel(ctx, cl)
+	if s.end {
+		return s.err
+	}
+	// 4. Begin the retry (ledger): settle the charge if a cancel showed it
+	// paid, or finish a cancel, or commit the next key generation and its
+	// attempt.
+	cl, s = r.beginRetry(ctx, cl, cn)
+	if s.end {
+		return s.err
+	}
+	// 5. Look up (Stripe): look for the charge's PaymentIntent unless its key
+	// is proven fresh (by the claim, after step 1's look-up).
+	pis, s := r.lookUp(ctx, cl)
+	if s.end {
+		return s.err
+	}
+	// 6. Record the look-up (ledger): a found PaymentIntent's outcome is
+	// recorded; nothing found marks the key's first use.
+	cl, s = r.recordLookup(ctx, cl, pis)
+	if s.end {
+		return s.err
+	}
+	// 7. Call (Stripe): create the PaymentIntent with the charge's
+	// idempotency key.
+	outcome, s := r.call(ctx, cl)
+	if s.end {
+		return s.err
+	}
+	// 8. Record the outcome and complete the River job (ledger, one
+	// transaction).
+	return r.record(ctx, cl, outcome).err
 }
 
 // step is how one step of a charge run ends: go on to the next step, or end
@@ -126,20 +167,13 @@ var goOn = step{}
 // endRun ends the run with err (nil: the job is done).
 func endRun(err error) step { return step{end: true, err: err} }
 
-// chargeRun is one run of a charge job: what its steps hand on.
+// chargeRun is one run of a charge job: what every step of it knows from the
+// start. What a step finds is its result, handed to the next step.
 type chargeRun struct {
 	w      *ChargePeriodWorker
 	job    *river.Job[ChargePeriodArgs]
 	actor  string
 	logger *slog.Logger
-
-	paymentMethodID string               // step 1b: the Stripe customer's default, for the claim to snapshot
-	paymentMethodOf string               // step 1b: the Stripe customer it was looked up for (paymentMethodID may be empty)
-	lookupErr       error                // step 1b: the payment method's look-up failed; the close goes on, the claim waits
-	lookedUp        *ledger.LookupTarget // step 1b: listed on Stripe, no PaymentIntent carries the charge key
-	lease           *ledger.Claim        // steps 1a and 2, readied for the call by step 3
-	leasedAt        time.Time            // step 2, on the monotonic clock: how long the run has held the lease
-	outcome         ledger.Outcome       // step 4
 }
 
 func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun {
@@ -148,43 +182,52 @@ func (w *ChargePeriodWorker) newRun(job *river.Job[ChargePeriodArgs]) *chargeRun
 			slog.Int64("job_id", job.ID), slog.Int("job_attempt", job.Attempt))}
 }
 
-// preflight is step 1b, taken before the close so that the close, the claim
+// preflight is step 1, taken before the close so that the close, the claim
 // and the key's first use are one transaction. For a charge that will have
 // no payment method (its customer has none registered) and was never
 // attempted, it looks up the Stripe customer's default one; the claim
 // snapshots it on the charge (ledger.ChargeClaimParams.PaymentMethodID).
 // With no default either, the charge goes on without one and Stripe's answer
 // fails it. For a charge with no attempt of its key generation on record, it
-// makes the charge's look-up (step 3) now: when no PaymentIntent carries the
+// makes the charge's look-up (step 5) now: when no PaymentIntent carries the
 // charge key, the claim marks the key's first use
 // (ledger.ChargeClaimParams.LookedUp); otherwise, or when the listing fails,
-// step 3 looks again once the charge is claimed.
-func (r *chargeRun) preflight(ctx context.Context) step {
+// step 5 looks again once the charge is claimed.
+func (r *chargeRun) preflight(ctx context.Context) (preflightResult, step) {
 	pf, err := r.w.ledger.ChargePreflight(ctx, r.job.Args.CustomerID, r.job.Args.Period)
 	if err != nil {
-		return endRun(err)
+		return preflightResult{}, endRun(err)
 	}
+	var pre preflightResult
 	if t := pf.Lookup; t != nil {
 		pis, err := paymentIntentsOf(ctx, r.w.stripe, *t)
 		switch {
 		case err != nil:
 			r.logger.InfoContext(ctx, "look-up before the claim failed; looking again after it", slog.String("error", err.Error()))
 		case len(pis) == 0:
-			r.lookedUp = t
+			pre.lookedUp = t
 		}
 	}
 	if pf.PaymentMethodOf == "" {
-		return goOn
+		return pre, goOn
 	}
 	pm, err := defaultPaymentMethod(ctx, r.w.stripe, pf.PaymentMethodOf)
 	if err != nil {
 		// The close goes on without it (the claim waits for it): a Stripe
 		// outage delays charges, not the close.
-		r.lookupErr = err
-		return goOn
+		pre.paymentMethodErr = err
+		return pre, goOn
 	}
-	r.paymentMethodOf, r.paymentMethodID = pf.PaymentMethodOf, pm
-	return goOn
+	pre.paymentMethodOf, pre.paymentMethodID = pf.PaymentMethodOf, pm
+	return pre, goOn
+}
+
+// preflightResult is what preflight found on Stripe, for the claim.
+type preflightResult struct {
+	paymentMethodID  string               // the Stripe customer's default, for the claim to snapshot
+	paymentMethodOf  string               // the Stripe customer it was looked up for (paymentMethodID may be empty)
+	paymentMethodErr error                // the payment method's look-up failed; the close goes on, the claim waits
+	lookedUp         *ledger.LookupTarget // listed on Stripe, no PaymentIntent carries the charge key
 }
 
 // defaultPaymentMethod returns the default payment method of Stripe
@@ -205,140 +248,169 @@ func defaultPaymentMethod(ctx context.Context, s Stripe, id string) (string, err
 	return "", nil
 }
 
-// closeClaim is steps 1a and 2 in one transaction: close the period, find or
-// create its charge and take its lease, committed before any money moves. A
-// charge that is terminal, held or processing needs no Stripe call, nor does
-// one its guards held or carried forward: the job is done. Another run's
-// live lease, or the kill switch, snoozes the job.
-func (r *chargeRun) closeClaim(ctx context.Context) step {
+// closeClaim is step 2, in one transaction: close the period, find or create
+// its charge and take its lease, committed before any money moves. A charge
+// that is terminal, held or processing needs no Stripe call, nor does one
+// its guards held or carried forward: the job is done. Another run's live
+// lease, or the kill switch, snoozes the job.
+func (r *chargeRun) closeClaim(ctx context.Context, pre preflightResult) (claimed, step) {
 	cc, err := r.w.ledger.PeriodCloseClaim(ctx, ledger.PeriodCloseClaimParams{
 		Close: ledger.PeriodCloseParams{CustomerID: r.job.Args.CustomerID, Period: r.job.Args.Period, Actor: r.actor},
 		Claim: ledger.ChargeClaimParams{Owner: r.w.owner(r.job), LeaseTTL: r.w.leaseTTL, JobID: r.job.ID, JobAttempt: r.job.Attempt,
-			PaymentMethodID: r.paymentMethodID, LookedUp: r.lookedUp},
-		PaymentMethodOf: r.paymentMethodOf,
+			PaymentMethodID: pre.paymentMethodID, LookedUp: pre.lookedUp},
+		PaymentMethodOf: pre.paymentMethodOf,
 	})
 	var held *ledger.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
 		wait := max(held.Left, time.Second) + jitter(time.Second)
 		r.logger.InfoContext(ctx, "charge leased by another run; snoozing", slog.String("lease_owner", held.Owner), slog.Duration("snooze", wait))
-		return endRun(river.JobSnooze(wait))
+		return claimed{}, endRun(river.JobSnooze(wait))
 	case errors.Is(err, ledger.ErrChargingPaused):
-		return r.pausedSnooze(ctx)
+		return claimed{}, r.pausedSnooze(ctx)
 	case err != nil:
-		return endRun(err)
-	case cc.NeedsPaymentMethod && r.lookupErr != nil:
-		return endRun(r.lookupErr) // River retries with backoff; the period is closed
+		return claimed{}, endRun(err)
+	case cc.NeedsPaymentMethod && pre.paymentMethodErr != nil:
+		return claimed{}, endRun(pre.paymentMethodErr) // River retries with backoff; the period is closed
 	case cc.NeedsPaymentMethod:
 		// The customer's payment method or Stripe customer changed since
-		// step 1b read them.
+		// step 1 read them.
 		r.logger.InfoContext(ctx, "charge needs its payment method looked up; snoozing", slog.Int64("charge_id", cc.Charge.ID))
-		return endRun(river.JobSnooze(time.Second))
+		return claimed{}, endRun(river.JobSnooze(time.Second))
 	case cc.Claim == nil:
 		// Settled, held or carried forward; a hold is alerted by the ledger.
 		r.logger.InfoContext(ctx, "charge needs no stripe call", slog.Int64("charge_id", cc.Charge.ID), slog.String("status", string(cc.Charge.Status)))
-		return endRun(nil)
+		return claimed{}, endRun(nil)
 	}
-	r.lease, r.leasedAt = cc.Claim, time.Now()
-	return r.crashAt(crashAfterClaim)
+	return claimed{claim: cc.Claim, at: time.Now()}, r.crashAt(crashAfterClaim)
 }
 
-// retry is step 2b, for a past_due charge whose retry is due (dunning; the
+// claimed is the charge's lease as this run holds it: the claim, as the last
+// ledger write left it, and when it was taken.
+type claimed struct {
+	claim *ledger.Claim
+	at    time.Time // on the monotonic clock: how long the run has held the lease
+}
+
+// cancel is step 3, for a past_due charge whose retry is due (dunning; the
 // claim's Retry). It lists the charge's PaymentIntents on Stripe and cancels
 // each one that could still succeed, so that none of them ever does; one
-// that succeeded or is processing after all is the charge's outcome (two
-// are a double charge: held). An operator's cancel of the charge is then
-// carried out (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin
-// commits the next key generation, the customer's current payment method and
-// the attempt row, and the call goes on with the new key. A crash anywhere here
-// leaves the charge past_due and due: the next run lists again.
-func (r *chargeRun) retry(ctx context.Context) step {
-	if !r.lease.Retry {
-		return goOn
+// that succeeded or is processing after all is moved, and beginRetry makes
+// it the charge's outcome. Unless one moved or an operator asked to cancel
+// the charge, it then reads the Stripe customer's current default payment
+// method for the next attempt. A crash anywhere here leaves the charge
+// past_due and due: the next run lists again.
+func (r *chargeRun) cancel(ctx context.Context, cl claimed) (canceled, step) {
+	if !cl.claim.Retry {
+		return canceled{}, goOn
 	}
-	c := r.lease.Charge
+	c := cl.claim.Charge
 	pis, err := chargePaymentIntents(ctx, r.w.stripe, c)
 	if err != nil {
-		return r.release(ctx, err)
+		return canceled{}, r.release(ctx, cl, err)
 	}
 	if own := c.StripePaymentIntentID; own != nil && !slices.ContainsFunc(pis, func(pi *stripe.PaymentIntent) bool { return pi.ID == *own }) {
 		// The one the ledger names, although the listing missed it.
 		pi, err := r.w.stripe.PaymentIntentGet(ctx, *own)
 		if err != nil {
-			return r.release(ctx, fmt.Errorf("error reading PaymentIntent %s before a retry: %w", *own, err))
+			return canceled{}, r.release(ctx, cl, fmt.Errorf("error reading PaymentIntent %s before a retry: %w", *own, err))
 		}
 		pis = append(pis, pi)
 	}
-	var retired []string
-	var moved []*stripe.PaymentIntent
+	var cn canceled
 	for _, pi := range pis {
 		if pi.Status != stripe.PaymentIntentStatusCanceled && !paymentIntentMoved(pi) {
-			if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
-				return r.release(ctx, err)
+			if err := r.w.leaseLeft(ctx, cl.at); err != nil {
+				return canceled{}, r.release(ctx, cl, err)
 			}
 			if pi, err = r.cancelPaymentIntent(ctx, pi.ID); err != nil {
-				return r.release(ctx, err)
+				return canceled{}, r.release(ctx, cl, err)
 			}
 		}
 		switch {
 		case pi.Status == stripe.PaymentIntentStatusCanceled:
-			retired = append(retired, pi.ID)
+			cn.retired = append(cn.retired, pi.ID)
 		case paymentIntentMoved(pi):
-			moved = append(moved, pi)
+			cn.moved = append(cn.moved, pi)
 		default:
-			return r.release(ctx, fmt.Errorf("PaymentIntent %s of charge %d is %s after its cancel; retrying", pi.ID, c.ID, pi.Status))
+			return canceled{}, r.release(ctx, cl, fmt.Errorf("PaymentIntent %s of charge %d is %s after its cancel; retrying", pi.ID, c.ID, pi.Status))
 		}
 	}
-	if len(moved) > 0 {
+	if len(cn.moved) > 0 {
+		return cn, goOn // paid after all: no next attempt
+	}
+	if s := r.crashAt(crashAfterCancel); s.end {
+		return canceled{}, s
+	}
+	if c.CancelRequestedAt != nil {
+		return cn, goOn // an operator's cancel: no next attempt
+	}
+	if cn.paymentMethodID, err = defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID); err != nil {
+		return canceled{}, r.release(ctx, cl, err)
+	}
+	return cn, goOn
+}
+
+// canceled is what cancel left of a charge's PaymentIntents on Stripe.
+type canceled struct {
+	retired         []string                // canceled, now or before
+	moved           []*stripe.PaymentIntent // succeeded or processing: none was canceled in time
+	paymentMethodID string                  // the Stripe customer's default, for the next attempt
+}
+
+// beginRetry is step 4, the ledger's half of a retry, after cancel. A
+// PaymentIntent that moved is the charge's outcome (two are a double charge:
+// held). An operator's cancel of the charge is then carried out
+// (ledger.ChargeCancelFinish). Otherwise ledger.ChargeRetryBegin commits the
+// next key generation, the customer's current payment method and the
+// attempt row, and the call goes on with the new key.
+func (r *chargeRun) beginRetry(ctx context.Context, cl claimed, cn canceled) (claimed, step) {
+	if !cl.claim.Retry {
+		return cl, goOn
+	}
+	c := cl.claim.Charge
+	if len(cn.moved) > 0 {
 		// The canceled ones are retired first: one the charge names
 		// (a ledger restored from before its retry) is no charge.
-		o, _ := reconcileOutcome(c, moved, r.w.stripe.Livemode())
-		settled, err := r.w.ledger.ChargeRecordRetryPaid(ctx, r.lease, retired, o, r.actor, r.completeJob)
+		o, _ := reconcileOutcome(c, cn.moved, r.w.stripe.Livemode())
+		settled, err := r.w.ledger.ChargeRecordRetryPaid(ctx, cl.claim, cn.retired, o, r.actor, r.completeJob)
 		if err != nil {
-			return endRun(err)
+			return claimed{}, endRun(err)
 		}
 		level, msg := slog.LevelInfo, "past_due charge paid on Stripe before its retry"
 		if c.CancelRequestedAt != nil {
 			level, msg = slog.LevelWarn, "past_due charge paid on Stripe before its cancel: not canceled"
 		}
 		r.logger.Log(ctx, level, msg, slog.Int64("charge_id", c.ID),
-			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(moved)))
-		return endRun(nil)
-	}
-	if res := r.crashAt(crashAfterCancel); res.end {
-		return res
+			slog.String("status", string(settled.Status)), slog.Any("payment_intents", paymentIntentIDs(cn.moved)))
+		return claimed{}, endRun(nil)
 	}
 	if c.CancelRequestedAt != nil {
 		// An operator's cancel: none of the charge's PaymentIntents can
 		// succeed any more, so the charge is canceled and the job is done.
-		canceled, err := r.w.ledger.ChargeCancelFinish(ctx, r.lease, retired, r.completeJob)
+		done, err := r.w.ledger.ChargeCancelFinish(ctx, cl.claim, cn.retired, r.completeJob)
 		if err != nil {
-			return r.release(ctx, err)
+			return claimed{}, r.release(ctx, cl, err)
 		}
-		r.logger.WarnContext(ctx, "past_due charge canceled by an operator", slog.Int64("charge_id", canceled.ID),
-			slog.String("actor", *canceled.CancelRequestedBy), slog.Any("canceled_payment_intents", retired))
-		return endRun(nil)
+		r.logger.WarnContext(ctx, "past_due charge canceled by an operator", slog.Int64("charge_id", done.ID),
+			slog.String("actor", *done.CancelRequestedBy), slog.Any("canceled_payment_intents", cn.retired))
+		return claimed{}, endRun(nil)
 	}
-	pm, err := defaultPaymentMethod(ctx, r.w.stripe, c.StripeCustomerID)
-	if err != nil {
-		return r.release(ctx, err)
+	if err := r.w.leaseLeft(ctx, cl.at); err != nil {
+		return claimed{}, r.release(ctx, cl, err)
 	}
-	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
-		return r.release(ctx, err)
-	}
-	next, err := r.w.ledger.ChargeRetryBegin(ctx, r.lease, ledger.ChargeRetryBeginParams{
-		Retired: retired, DefaultPaymentMethodID: pm, Actor: r.actor})
+	next, err := r.w.ledger.ChargeRetryBegin(ctx, cl.claim, ledger.ChargeRetryBeginParams{
+		Retired: cn.retired, DefaultPaymentMethodID: cn.paymentMethodID, Actor: r.actor})
 	if errors.Is(err, ledger.ErrChargingPaused) {
-		r.release(ctx, nil)
-		return r.pausedSnooze(ctx)
+		r.release(ctx, cl, nil)
+		return claimed{}, r.pausedSnooze(ctx)
 	}
 	if err != nil {
-		return r.release(ctx, err)
+		return claimed{}, r.release(ctx, cl, err)
 	}
 	r.logger.InfoContext(ctx, "retrying past_due charge", slog.Int64("charge_id", c.ID), slog.Int("dunning_retry", next.Charge.DunningRetries),
-		slog.Int("key_generation", next.Charge.KeyGeneration), slog.Any("canceled_payment_intents", retired))
-	r.lease = next
-	return r.crashAt(crashAfterRetryBegin)
+		slog.Int("key_generation", next.Charge.KeyGeneration), slog.Any("canceled_payment_intents", cn.retired))
+	return claimed{claim: next, at: cl.at}, r.crashAt(crashAfterRetryBegin)
 }
 
 // cancelPaymentIntent cancels PaymentIntent id on Stripe and returns it as it
@@ -356,72 +428,78 @@ func (r *chargeRun) cancelPaymentIntent(ctx context.Context, id string) (*stripe
 	return got, nil
 }
 
-// decideKey is step 3. Tally's own record can be lost (a restored backup, a
+// lookUp is step 5. Tally's own record can be lost (a restored backup, a
 // failover that drops the last commits) and Stripe forgets a key after 24 h,
 // so unless this database holds an attempt of the key's generation within
-// the key window (ledger.Claim.Lookup), look for the charge's
-// PaymentIntents on Stripe first. One found → the charge takes its outcome
-// and the job completes; several, or one that differs from the charge →
-// held; none → ledger.ChargeLookupNone commits the key to call with (the
-// next generation when the key expired) and the attempt row.
-func (r *chargeRun) decideKey(ctx context.Context) step {
-	if !r.lease.Lookup {
-		return goOn
+// the key window (ledger.Claim.Lookup), it lists the charge's PaymentIntents
+// on Stripe before any call, for recordLookup.
+func (r *chargeRun) lookUp(ctx context.Context, cl claimed) ([]*stripe.PaymentIntent, step) {
+	if !cl.claim.Lookup {
+		return nil, goOn
 	}
-	pis, err := chargePaymentIntents(ctx, r.w.stripe, r.lease.Charge)
+	pis, err := chargePaymentIntents(ctx, r.w.stripe, cl.claim.Charge)
 	if err != nil {
-		return r.release(ctx, err)
+		return nil, r.release(ctx, cl, err)
 	}
-	o, found := reconcileOutcome(r.lease.Charge, pis, r.w.stripe.Livemode())
+	return pis, goOn
+}
+
+// recordLookup is step 6, after lookUp found pis. One found → the charge
+// takes its outcome and the job completes; several, or one that differs from
+// the charge → held; none → ledger.ChargeLookupNone commits the key to call
+// with (the next generation when the key expired) and the attempt row.
+func (r *chargeRun) recordLookup(ctx context.Context, cl claimed, pis []*stripe.PaymentIntent) (claimed, step) {
+	if !cl.claim.Lookup {
+		return cl, goOn
+	}
+	o, found := reconcileOutcome(cl.claim.Charge, pis, r.w.stripe.Livemode())
 	if found {
-		c, err := r.w.ledger.ChargeRecordOutcome(ctx, r.lease, o, r.actor, r.completeJob)
+		c, err := r.w.ledger.ChargeRecordOutcome(ctx, cl.claim, o, r.actor, r.completeJob)
 		if err != nil {
-			return endRun(err)
+			return claimed{}, endRun(err)
 		}
 		// A hold is alerted by the ledger (alert=charge_held).
 		r.logger.InfoContext(ctx, "charge found on Stripe before calling", slog.Int64("charge_id", c.ID), slog.String("status", string(c.Status)),
 			slog.Any("payment_intents", paymentIntentIDs(pis)), slog.String("reason", o.ErrorMessage))
 		if c.Terminal() || c.Status == ledger.ChargeHeld || c.Status == ledger.ChargeProcessing || c.Status == ledger.ChargePastDue {
-			return endRun(nil)
+			return claimed{}, endRun(nil)
 		}
-		return endRun(fmt.Errorf("charge %d found on Stripe, now %s", c.ID, c.Status))
+		return claimed{}, endRun(fmt.Errorf("charge %d found on Stripe, now %s", c.ID, c.Status))
 	}
-	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
-		return r.release(ctx, err)
+	if err := r.w.leaseLeft(ctx, cl.at); err != nil {
+		return claimed{}, r.release(ctx, cl, err)
 	}
-	next, err := r.w.ledger.ChargeLookupNone(ctx, r.lease, r.actor)
+	next, err := r.w.ledger.ChargeLookupNone(ctx, cl.claim, r.actor)
 	if err != nil {
-		return endRun(err)
+		return claimed{}, endRun(err)
 	}
-	if r.lease.KeyExpired {
+	if cl.claim.KeyExpired {
 		r.logger.WarnContext(ctx, "key window passed and no PaymentIntent found; moving to the next key generation",
 			slog.Int64("charge_id", next.Charge.ID), slog.Int("key_generation", next.Charge.KeyGeneration))
 	}
-	r.lease = next
-	return r.crashAt(crashAfterLookup)
+	return claimed{claim: next, at: cl.at}, r.crashAt(crashAfterLookup)
 }
 
-// call is step 4: create the PaymentIntent. Parameters and key are a pure
+// call is step 7: create the PaymentIntent. Parameters and key are a pure
 // function of the charge row. A run that stalled (GC, a paused VM) must not
 // call once its lease may have passed to another run, which may already have
 // moved on.
-func (r *chargeRun) call(ctx context.Context) step {
-	if err := r.w.leaseLeft(ctx, r.leasedAt); err != nil {
-		return r.release(ctx, err)
+func (r *chargeRun) call(ctx context.Context, cl claimed) (ledger.Outcome, step) {
+	if err := r.w.leaseLeft(ctx, cl.at); err != nil {
+		return ledger.Outcome{}, r.release(ctx, cl, err)
 	}
-	pi, err := r.w.stripe.PaymentIntentCreate(ctx, stripeapi.PaymentIntentParams(r.lease.Charge))
-	r.outcome = stripeapi.Classify(pi, err)
-	return r.crashAt(crashAfterStripe)
+	pi, err := r.w.stripe.PaymentIntentCreate(ctx, stripeapi.PaymentIntentParams(cl.claim.Charge))
+	return stripeapi.Classify(pi, err), r.crashAt(crashAfterStripe)
 }
 
-// record is step 5: record the outcome and, when the job's work is done,
+// record is step 8: record the outcome and, when the job's work is done,
 // complete the job in the same transaction. The answer is recorded even if
 // the job's deadline passed meanwhile. The outcome's class then says how the
 // job goes on (afterOutcome).
-func (r *chargeRun) record(ctx context.Context) step {
+func (r *chargeRun) record(ctx context.Context, cl claimed, o ledger.Outcome) step {
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	c, err := r.w.ledger.ChargeRecordOutcome(recordCtx, r.lease, r.outcome, r.actor, func(ctx context.Context, tx *ledger.Tx) error {
+	c, err := r.w.ledger.ChargeRecordOutcome(recordCtx, cl.claim, o, r.actor, func(ctx context.Context, tx *ledger.Tx) error {
 		if err := r.w.crash(crashBeforeComplete); err != nil {
 			return err
 		}
@@ -430,7 +508,6 @@ func (r *chargeRun) record(ctx context.Context) step {
 	if err != nil {
 		return endRun(err)
 	}
-	o := r.outcome
 	next := r.afterOutcome(c, o)
 	level, msg := outcomeLog(o.Class)
 	attrs := []any{slog.Int64("charge_id", c.ID), slog.String("outcome", string(o.Class)),
@@ -490,8 +567,8 @@ func (r *chargeRun) completeJob(ctx context.Context, tx *ledger.Tx) error {
 
 // release gives up the lease after a failure before any Stripe call, so the
 // retry need not wait for it to expire, and ends the run with err.
-func (r *chargeRun) release(ctx context.Context, err error) step {
-	if rerr := r.w.ledger.ChargeRelease(ctx, r.lease); rerr != nil {
+func (r *chargeRun) release(ctx context.Context, cl claimed, err error) step {
+	if rerr := r.w.ledger.ChargeRelease(ctx, cl.claim); rerr != nil {
 		r.logger.WarnContext(ctx, "error releasing charge lease", slog.String("error", rerr.Error()))
 	}
 	return endRun(err)

@@ -31,7 +31,7 @@ func (DunningScanArgs) InsertOpts() river.InsertOpts {
 
 // DunningScanWorker makes the charge job of every past_due charge whose
 // retry is due run now (ledger.ChargeRetriesDue); the job then retries the
-// charge (ChargePeriodWorker's step 2b).
+// charge (ChargePeriodWorker's steps 3 and 4).
 type DunningScanWorker struct {
 	river.WorkerDefaults[DunningScanArgs]
 

@@ -48,9 +48,9 @@ type ChargeClaimParams struct {
 	// charge key. When it is the charge's (Charge.LookupTarget), the charge
 	// holds no attempt of its key generation and no operator asked for a
 	// look-up (LookupRequired), the claim takes it as the charge's look-up
-	// (money path step 3): it marks the key's first use and appends the
-	// attempt row in its own transaction, as ChargeLookupNone would in the
-	// next, and the claim needs no Lookup. That is sound because a run calls
+	// (money path steps 5 and 6): it marks the key's first use and appends
+	// the attempt row in its own transaction, as ChargeLookupNone would in
+	// the next, and the claim needs no Lookup. That is sound because a run calls
 	// Stripe with a key generation only after committing an attempt of it:
 	// no PaymentIntent carrying the key can have been created since the
 	// look-up, or the claim, under the charge's lock, would see its attempt.
@@ -66,7 +66,7 @@ type Claim struct {
 	Owner     string
 
 	// Lookup is set when the claimant must look for the charge's
-	// PaymentIntents on Stripe before any call (money path step 3), because
+	// PaymentIntents on Stripe before any call (money path step 5), because
 	// this database cannot prove that Stripe never saw the charge or still
 	// knows its key: it holds no attempt of the current key generation (its
 	// record may have been lost to a restore or a lossy failover), an

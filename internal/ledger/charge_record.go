@@ -14,7 +14,7 @@ import (
 // Stripe result, which the shared idempotency key guarantees.
 var ErrLeaseLost = errors.New("charge lease lost")
 
-// ChargeRecordOutcome is step 5 of the money path. In one transaction it
+// ChargeRecordOutcome is step 8 of the money path. In one transaction it
 // finishes the claim's attempt row (when it has one), moves the charge by the
 // outcome's class (succeeded, processing, failed, unknown, held; retry_later
 // and error keep its status), releases the lease, logs the transition with

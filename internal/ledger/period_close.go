@@ -26,14 +26,15 @@ type PeriodCloseParams struct {
 	paidOnStripe bool
 }
 
-// PeriodClose closes a period and returns its charge: step 1 of the money
-// path ("close + pre-flight"), in one transaction. It locks the period FOR
-// UPDATE, so it waits for in-flight ingests holding FOR KEY SHARE and every
-// later ingest sees the period closed; marks it closed; and, unless the
-// charge exists already (then it is returned unchanged), sums the period's
-// events and creates the charge: skipped for a zero total, pending otherwise
-// (the guards hold it, if need be, before its first call: ChargeClaim). The charge snapshots
-// the Stripe customer, payment method, amount and currency.
+// PeriodClose closes a period and returns its charge: the close of step 2
+// of the money path ("close and claim"), in one transaction. It locks the
+// period FOR UPDATE, so it waits for in-flight ingests holding FOR KEY SHARE
+// and every later ingest sees the period closed; marks it closed; and,
+// unless the charge exists already (then it is returned unchanged), sums the
+// period's events and creates the charge: skipped for a zero total, pending
+// otherwise (the guards hold it, if need be, before its first call:
+// ChargeClaim). The charge snapshots the Stripe customer, payment method,
+// amount and currency.
 //
 // It returns ErrNotFound when the period does not exist.
 func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge, error) {
@@ -85,7 +86,7 @@ type ClosedClaim struct {
 	NeedsPaymentMethod bool
 }
 
-// PeriodCloseClaim is steps 1 and 2 of the money path in one transaction:
+// PeriodCloseClaim is step 2 of the money path in one transaction:
 // PeriodClose, then ChargeClaim of the period's charge. The close commits
 // even when the claim is refused: a *LeaseHeldError or ErrChargingPaused is
 // returned after the commit, as ChargeClaim returns them. One commit, not
@@ -138,7 +139,7 @@ func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams)
 }
 
 // Preflight is what a charge run reads before the close (money path step
-// 1b) so that it can ask Stripe first, and the close, the claim and the
+// 1) so that it can ask Stripe first, and the close, the claim and the
 // key's first use are one transaction.
 type Preflight struct {
 	// PaymentMethodOf is the Stripe customer whose default payment method
@@ -148,7 +149,7 @@ type Preflight struct {
 	PaymentMethodOf string
 
 	// Lookup, when set, is the charge's look-up at Stripe (money path step
-	// 3), due before its first call because this database holds no attempt
+	// 5), due before its first call because this database holds no attempt
 	// of its key generation: a charge not yet created (of a period with
 	// events) or one never attempted. A caller that lists it and finds no
 	// PaymentIntent carrying the key passes it on as
