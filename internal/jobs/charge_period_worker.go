@@ -49,8 +49,8 @@ const (
 // process died, leaving its lease and attempt row as they are.
 var errCrash = errors.New("simulated crash")
 
-// ChargePeriodWorker charges one (customer, period): DESIGN.md's money path,
-// steps 1 to 8. Each Stripe call stands alone in its step (1, 3, 5, 7) and
+// ChargePeriodWorker charges one (customer, period): the money path of
+// docs/design.md, steps 1 to 8. Each Stripe call stands alone in its step (1, 3, 5, 7) and
 // each ledger write is its own transaction in internal/ledger (2, 4, 6, 8);
 // the close and the claim share one (Work lists the steps; each is a
 // chargeRun method that takes what the steps before found and returns its
@@ -556,9 +556,9 @@ func outcomeLog(class ledger.OutcomeClass) (slog.Level, string) {
 // (JobSetStateIfRunningMany) would be planned afresh on every run: for the
 // one-element arrays it is given, the planner always finds a custom plan
 // cheaper than the generic one, although both are the same primary-key
-// lookup; planning it cost 1.07 ms of Postgres' time per charge, more than
-// any other statement (docs/benchmarks.md). So the rest of tx uses the
-// cached generic plan.
+// lookup, and its planning cost Postgres more than any other statement of
+// the charge (docs/benchmarks.md, "Figures behind the code's choices"). So
+// the rest of tx uses the cached generic plan.
 func (r *chargeRun) completeJob(ctx context.Context, tx *ledger.Tx) error {
 	tx.ExecLater(`SET LOCAL plan_cache_mode = force_generic_plan`) // sent with the completion
 	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, pgx.Tx(tx), r.job)
