@@ -150,9 +150,10 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 			// and a canceled PaymentIntent never moves money again, so it
 			// moves nothing. One that says it succeeded contradicts Stripe's
 			// own record: a human looks.
-			var alert, msg string
+			var alert Alert
+			var msg string
 			if o.Class == OutcomeSucceeded {
-				alert = "retired_payment_intent_succeeded"
+				alert = AlertRetiredPaymentIntentSucceeded
 				msg = fmt.Sprintf("ALERT charge %d: PaymentIntent %s, canceled by a dunning retry, is reported succeeded", c.ID, pi)
 			}
 			return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, lease)
@@ -167,7 +168,7 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 	}
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
 		double := &DoubleCharge{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
-		l.logger.ErrorContext(ctx, double.Alert(), "alert", "double_charge", "actor", actor, "outcome", string(o.Class))
+		l.logger.ErrorContext(ctx, double.Alert(), AlertDoubleCharge.Attr(), "actor", actor, "outcome", string(o.Class))
 		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
 			held, err := chargeWriteOutcomeTx(ctx, tx, now, c, ChargeHeld, nil, Outcome{
 				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Alert(),
@@ -193,11 +194,12 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 		return l.chargeUnmovedTx(ctx, tx, now, c, actor, "", "", lease)
 	}
 	if !chargeMayTake(c, o) {
-		var alert, msg string
+		var alert Alert
+		var msg string
 		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {
 			// Money moved for a charge Tally settled without it (canceled,
 			// failed, carried): never silent.
-			alert = "settled_charge_paid"
+			alert = AlertSettledChargePaid
 			msg = fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
 		}
 		return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, lease)
@@ -223,10 +225,10 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 // chargeUnmovedTx leaves c's status as it is for an outcome it may not
 // take: an ALERT line and transition (msg) when alert names one, and the
 // lease cleared when lease is leaseRelease.
-func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, alert, msg string, lease leaseAction) (Applied, error) {
+func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor string, alert Alert, msg string, lease leaseAction) (Applied, error) {
 	var err error
 	if alert != "" {
-		l.logger.ErrorContext(ctx, msg, "alert", alert, "actor", actor)
+		l.logger.ErrorContext(ctx, msg, alert.Attr(), "actor", actor)
 		c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, lease)
 	} else {
 		c, err = chargeLeaseReleaseTx(ctx, tx, now, c, lease)

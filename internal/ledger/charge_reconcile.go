@@ -124,7 +124,7 @@ func (l *Ledger) chargeReconcileTx(ctx context.Context, tx *Tx, p ChargeReconcil
 	o := p.Outcome
 	if p.PaymentIntent != nil {
 		if why := c.PaymentIntentMismatch(*p.PaymentIntent, p.Livemode); why != "" {
-			l.logger.ErrorContext(ctx, "ALERT "+why, "alert", "payment_intent_mismatch", "charge_id", c.ID, "actor", p.Actor)
+			l.logger.ErrorContext(ctx, "ALERT "+why, AlertPaymentIntentMismatch.Attr(), "charge_id", c.ID, "actor", p.Actor)
 			if c.Terminal() || c.Status == ChargeHeld {
 				alerted, err := chargeAlertTx(ctx, tx, now, c, p.Actor, "ALERT "+why, leaseKeep)
 				if err != nil {
