@@ -36,29 +36,9 @@ func TestAlertRules(t *testing.T) {
 
 		doc, err := os.ReadFile("../../docs/operations.md")
 		require.NoError(t, err)
-		anchors := map[string]bool{}
-		for _, line := range strings.Split(string(doc), "\n") {
-			if heading, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
-				anchors[githubAnchor(heading)] = true
-			}
-		}
+		anchors := testtool.MarkdownSections(string(doc))
 		for _, link := range links {
-			require.True(t, anchors[link[1]], "docs/operations.md has no section #%s", link[1])
+			require.Contains(t, anchors, link[1], "docs/operations.md has no section #%s", link[1])
 		}
 	})
-}
-
-// githubAnchor is the anchor GitHub gives a markdown heading: lower case,
-// spaces to hyphens, punctuation other than - and _ dropped.
-func githubAnchor(heading string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
-		switch {
-		case r == ' ':
-			b.WriteRune('-')
-		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }

@@ -83,7 +83,7 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 	}
 	if keep == nil || keep.Status != stripe.PaymentIntentStatusSucceeded {
 		logger.ErrorContext(ctx, "ALERT resolve refused: the PaymentIntent to keep does not carry the charge's key or did not succeed; the charge stays held",
-			slog.String("alert", "charge_held"), slog.Any("payment_intents", paymentIntentIDs(pis)))
+			ledger.AlertChargeHeld.Attr(), slog.Any("payment_intents", paymentIntentIDs(pis)))
 		return river.JobCancel(fmt.Errorf("PaymentIntent %s is not a succeeded PaymentIntent of charge %d (found: %v)",
 			args.KeepPaymentIntent, c.ID, paymentIntentIDs(pis)))
 	}
@@ -132,7 +132,7 @@ func (w *ChargeResolveWorker) Work(ctx context.Context, job *river.Job[ChargeRes
 	}
 	if keep.Amount != c.AmountCents || string(keep.Currency) != c.Currency {
 		logger.ErrorContext(ctx, "ALERT resolve keeps a PaymentIntent for another amount than the ledger's: tell finance",
-			slog.String("alert", "resolve_amount_differs"), slog.Int64("payment_intent_amount", keep.Amount),
+			ledger.AlertResolveAmountDiffers.Attr(), slog.Int64("payment_intent_amount", keep.Amount),
 			slog.String("payment_intent_currency", string(keep.Currency)), slog.Int64("charge_amount_cents", c.AmountCents))
 	}
 	settled, err := w.ledger.ChargeResolveSettle(ctx, args, keepCharge)

@@ -99,7 +99,7 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx *ledger.Tx, ev *ledge
 			w.ledger.AlertIfHeld(ctx, "", c, actor)
 		}
 		if d := applied.DoubleCharge; d != nil {
-			w.logger.ErrorContext(ctx, d.Alert(), slog.String("alert", "double_charge"), slog.String("event_id", ev.ID))
+			w.logger.ErrorContext(ctx, d.Alert(), ledger.AlertDoubleCharge.Attr(), slog.String("event_id", ev.ID))
 			return ledger.StripeEventProcessed, d.Alert(), nil
 		}
 		w.logger.InfoContext(ctx, "stripe event applied", slog.String("event_id", ev.ID), slog.String("type", string(e.Type)),

@@ -113,7 +113,7 @@ func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs) error {
 
 func (w *SweepWorker) logPeriodJobLost(ctx context.Context, now time.Time, p ledger.PeriodJobLost) {
 	attrs := []any{
-		slog.String("alert", "period_job_lost"), slog.String("customer_id", p.CustomerID), slog.String("period", p.Period),
+		ledger.AlertPeriodJobLost.Attr(), slog.String("customer_id", p.CustomerID), slog.String("period", p.Period),
 		slog.Time("closes_at", p.ClosesAt), slog.String("overdue", now.Sub(p.ClosesAt).Round(time.Second).String()),
 		slog.Any("job_id", p.JobID), slog.String("job_state", p.JobState),
 	}
@@ -148,7 +148,7 @@ func (w *SweepWorker) logStripeEventSwept(ctx context.Context, now time.Time, s 
 		attrs = append(attrs, slog.Int64("new_job_id", s.NewJobID))
 	}
 	if s.Stuck || s.Err != nil {
-		w.logger.ErrorContext(ctx, "ALERT stripe event not processed", append([]any{slog.String("alert", "stripe_event_stuck")}, attrs...)...)
+		w.logger.ErrorContext(ctx, "ALERT stripe event not processed", append([]any{ledger.AlertStripeEventStuck.Attr()}, attrs...)...)
 		return
 	}
 	w.logger.WarnContext(ctx, "stripe event's job was gone; it runs again", attrs...)

@@ -97,7 +97,7 @@ func (w *WebhookDeliveryWorker) Work(ctx context.Context, job *river.Job[Webhook
 	}
 	if rec.Disabled {
 		logger.ErrorContext(ctx, "ALERT webhook endpoint disabled: a delivery failed every attempt, for days, and nothing was delivered since",
-			slog.String("alert", "webhook_endpoint_disabled"), slog.String("url", d.Endpoint.URL), slog.String("error", a.Error),
+			ledger.AlertWebhookEndpointDisabled.Attr(), slog.String("url", d.Endpoint.URL), slog.String("error", a.Error),
 			slog.String("exit", fmt.Sprintf("fix the receiver, then billingctl webhooks enable %d and billingctl webhooks redeliver --endpoint %d --since <when it began failing>", d.Endpoint.ID, d.Endpoint.ID)))
 	}
 	switch rec.Status {
@@ -105,7 +105,7 @@ func (w *WebhookDeliveryWorker) Work(ctx context.Context, job *river.Job[Webhook
 		logger.InfoContext(ctx, "webhook delivered", slog.Int("http_status", a.StatusCode), slog.Duration("latency", a.Latency))
 		return nil
 	case ledger.DeliveryFailed:
-		logger.ErrorContext(ctx, "ALERT webhook delivery failed: not delivered, no attempt left", slog.String("alert", "webhook_delivery_failed"),
+		logger.ErrorContext(ctx, "ALERT webhook delivery failed: not delivered, no attempt left", ledger.AlertWebhookDeliveryFailed.Attr(),
 			slog.String("url", d.Endpoint.URL), slog.Int("http_status", a.StatusCode), slog.String("error", a.Error),
 			slog.String("exit", fmt.Sprintf("billingctl webhooks redeliver --notification %s", d.NotificationID)))
 		return nil

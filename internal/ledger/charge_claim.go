@@ -165,7 +165,7 @@ func (l *Ledger) chargeClaimTx(ctx context.Context, tx *Tx, now time.Time, c *Ch
 			return claimed{carried: carried}, err
 		case v.hold != "":
 			applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c,
-				Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), false)
+				Outcome{Class: OutcomeHeld, HeldReason: v.hold, ErrorMessage: v.detail}, p.actor(), outcomeLearned)
 			return claimed{held: applied.Charge}, err
 		}
 	}

@@ -35,7 +35,7 @@ func heldAttrs(c *Charge, actor string) []any {
 	if c.HeldDetail != nil {
 		detail = *c.HeldDetail
 	}
-	return []any{slog.String("alert", "charge_held"), slog.Int64("charge_id", c.ID),
+	return []any{AlertChargeHeld.Attr(), slog.Int64("charge_id", c.ID),
 		slog.String("customer_id", c.CustomerID), slog.String("period", c.Period),
 		slog.Int64("amount_cents", c.AmountCents), slog.String("currency", c.Currency),
 		slog.String("held_reason", string(reason)), slog.String("held_detail", detail),

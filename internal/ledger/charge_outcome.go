@@ -88,31 +88,75 @@ func (d *DoubleCharge) Alert() string {
 	return fmt.Sprintf("ALERT double charge: charge %d has PaymentIntents %v", d.ChargeID, d.PaymentIntents)
 }
 
+// outcomeSource says who brings an outcome to chargeApplyOutcomeTx. It
+// decides two things, each named by its own method: whether the outcome
+// answers the claimant's own call (ownCall) and what becomes of the lease
+// (lease).
+type outcomeSource int
+
+const (
+	// outcomeFromClaimant is brought by the holder of the charge's lease,
+	// through its Claim (ChargeRecordOutcome, ChargeRecordRetryPaid): what
+	// its own Stripe calls (the create, its look-up, a retry's cancels)
+	// answered for the key of the charge's current generation. The lease
+	// is released, whatever the outcome does.
+	outcomeFromClaimant outcomeSource = iota + 1
+
+	// outcomeLearned is learned otherwise: a webhook, the reconciler, a
+	// recovery, a guard. The lease stays with whoever holds it.
+	outcomeLearned
+)
+
+// ownCall reports whether the outcome answers the claimant's own call.
+func (s outcomeSource) ownCall() bool { return s == outcomeFromClaimant }
+
+// lease is what applying the outcome does to the charge's lease.
+func (s outcomeSource) lease() leaseAction {
+	if s == outcomeFromClaimant {
+		return leaseRelease
+	}
+	return leaseKeep
+}
+
+// leaseAction is what writing to a charge does to its lease.
+type leaseAction int
+
+const (
+	// leaseKeep leaves the lease as it is.
+	leaseKeep leaseAction = iota
+
+	// leaseRelease clears the lease: its holder is done with the charge.
+	leaseRelease
+)
+
 // chargeApplyOutcomeTx is the one way an outcome moves a charge: every path
 // (the claimant's own call, the look-up, a webhook, the reconciler, the
-// guards) goes through it. It applies o to the locked charge c when c may
-// take it (chargeMayTake). A PaymentIntent other than the one c names is
-// never recorded over it: it is a double charge, which holds an unsettled
-// charge and, on a settled one, is logged as an ALERT transition (status
-// unchanged) for a human. News of a PaymentIntent a dunning retry canceled
-// (Charge.Retired) moves nothing (an ALERT transition when it claims a
-// success) — unless it is the answer to the claimant's own call
-// (releaseLease), whose key was then used before: held idempotency_error. releaseLease also clears the lease,
-// whatever happens.
-func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, o Outcome, actor string, releaseLease bool) (Applied, error) {
+// guards) goes through it, and from says whether the claimant brings it. It
+// applies o to the locked charge c when c may take it (chargeMayTake). A
+// PaymentIntent other than the one c names is never recorded over it: it is
+// a double charge, which holds an unsettled charge and, on a settled one, is
+// logged as an ALERT transition (status unchanged) for a human. News of a
+// PaymentIntent a dunning retry canceled (Charge.Retired) moves nothing (an
+// ALERT transition when it claims a success) — unless it is the answer to
+// the claimant's own call (outcomeFromClaimant), whose key was then used
+// before: held idempotency_error. An outcome from the claimant also clears
+// the lease, whatever happens.
+func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, o Outcome, actor string, from outcomeSource) (Applied, error) {
+	lease := from.lease()
 	if pi := o.StripePaymentIntentID; c.Retired(pi) {
-		if !releaseLease || !c.Status.Chargeable() {
+		if !from.ownCall() || !c.Status.Chargeable() {
 			// News of a PaymentIntent a dunning retry canceled (a late,
 			// replayed or reordered webhook): the retry saw it canceled,
 			// and a canceled PaymentIntent never moves money again, so it
 			// moves nothing. One that says it succeeded contradicts Stripe's
 			// own record: a human looks.
-			var alert, msg string
+			var alert Alert
+			var msg string
 			if o.Class == OutcomeSucceeded {
-				alert = "retired_payment_intent_succeeded"
+				alert = AlertRetiredPaymentIntentSucceeded
 				msg = fmt.Sprintf("ALERT charge %d: PaymentIntent %s, canceled by a dunning retry, is reported succeeded", c.ID, pi)
 			}
-			return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, releaseLease)
+			return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, lease)
 		}
 		// The claimant's own call, with the key of the charge's current
 		// generation, answered with a PaymentIntent a retry canceled: the
@@ -124,17 +168,17 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 	}
 	if pi := o.StripePaymentIntentID; pi != "" && c.StripePaymentIntentID != nil && *c.StripePaymentIntentID != pi {
 		double := &DoubleCharge{ChargeID: c.ID, PaymentIntents: []string{*c.StripePaymentIntentID, pi}}
-		l.logger.ErrorContext(ctx, double.Alert(), "alert", "double_charge", "actor", actor, "outcome", string(o.Class))
+		l.logger.ErrorContext(ctx, double.Alert(), AlertDoubleCharge.Attr(), "actor", actor, "outcome", string(o.Class))
 		if (o.Class == OutcomeSucceeded || o.Class == OutcomeProcessing) && !c.Terminal() && c.Status != ChargeHeld {
 			held, err := chargeWriteOutcomeTx(ctx, tx, now, c, ChargeHeld, nil, Outcome{
 				Class: OutcomeHeld, HeldReason: HeldDoubleCharge, ErrorMessage: double.Alert(),
-			}, actor, releaseLease)
+			}, actor, lease)
 			if err != nil {
 				return Applied{}, err
 			}
 			return Applied{Charge: held, Changed: true, DoubleCharge: double}, nil
 		}
-		c, err := chargeAlertTx(ctx, tx, now, c, actor, fmt.Sprintf("%s; Stripe says %s %s", double.Alert(), pi, o.Class), releaseLease)
+		c, err := chargeAlertTx(ctx, tx, now, c, actor, fmt.Sprintf("%s; Stripe says %s %s", double.Alert(), pi, o.Class), lease)
 		if err != nil {
 			return Applied{}, err
 		}
@@ -147,17 +191,18 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 		// would drop its retry. If the customer did complete it since, its
 		// success (or failure) event settles the charge, and so does the
 		// retry, which reads the PaymentIntent from Stripe itself.
-		return l.chargeUnmovedTx(ctx, tx, now, c, actor, "", "", releaseLease)
+		return l.chargeUnmovedTx(ctx, tx, now, c, actor, "", "", lease)
 	}
 	if !chargeMayTake(c, o) {
-		var alert, msg string
+		var alert Alert
+		var msg string
 		if o.Class == OutcomeSucceeded && c.Terminal() && c.Status != ChargeSucceeded {
 			// Money moved for a charge Tally settled without it (canceled,
 			// failed, carried): never silent.
-			alert = "settled_charge_paid"
+			alert = AlertSettledChargePaid
 			msg = fmt.Sprintf("ALERT charge %d is %s but Stripe says PaymentIntent %s succeeded for it", c.ID, c.Status, o.StripePaymentIntentID)
 		}
-		return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, releaseLease)
+		return l.chargeUnmovedTx(ctx, tx, now, c, actor, alert, msg, lease)
 	}
 	next, err := chargeOutcomeStatus(c.Status, o)
 	if err != nil {
@@ -170,7 +215,7 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 			next, o = ChargeHeld, noPaymentMethodHold(o)
 		}
 	}
-	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, next, nextRetry, o, actor, releaseLease)
+	updated, err := chargeWriteOutcomeTx(ctx, tx, now, c, next, nextRetry, o, actor, lease)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -179,14 +224,14 @@ func (l *Ledger) chargeApplyOutcomeTx(ctx context.Context, tx *Tx, now time.Time
 
 // chargeUnmovedTx leaves c's status as it is for an outcome it may not
 // take: an ALERT line and transition (msg) when alert names one, and the
-// lease cleared when releaseLease is set.
-func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, alert, msg string, releaseLease bool) (Applied, error) {
+// lease cleared when lease is leaseRelease.
+func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor string, alert Alert, msg string, lease leaseAction) (Applied, error) {
 	var err error
 	if alert != "" {
-		l.logger.ErrorContext(ctx, msg, "alert", alert, "actor", actor)
-		c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, releaseLease)
+		l.logger.ErrorContext(ctx, msg, alert.Attr(), "actor", actor)
+		c, err = chargeAlertTx(ctx, tx, now, c, actor, msg, lease)
 	} else {
-		c, err = chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+		c, err = chargeLeaseReleaseTx(ctx, tx, now, c, lease)
 	}
 	if err != nil {
 		return Applied{}, err
@@ -195,17 +240,17 @@ func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *
 }
 
 // chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,
-// an "ALERT …" line, and clears its lease when releaseLease is set.
-func chargeAlertTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, msg string, releaseLease bool) (*Charge, error) {
+// an "ALERT …" line, and clears its lease when lease is leaseRelease.
+func chargeAlertTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, msg string, lease leaseAction) (*Charge, error) {
 	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
 		return nil, err
 	}
-	return chargeLeaseReleaseTx(ctx, tx, now, c, releaseLease)
+	return chargeLeaseReleaseTx(ctx, tx, now, c, lease)
 }
 
-// chargeLeaseReleaseTx clears the lease of c when release is set.
-func chargeLeaseReleaseTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, release bool) (*Charge, error) {
-	if !release {
+// chargeLeaseReleaseTx clears the lease of c when lease is leaseRelease.
+func chargeLeaseReleaseTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, lease leaseAction) (*Charge, error) {
+	if lease != leaseRelease {
 		return c, nil
 	}
 	return scanCharge(tx.QueryRow(ctx, `
@@ -236,11 +281,11 @@ func chargeOutcomeStatus(from ChargeStatus, o Outcome) (ChargeStatus, error) {
 // chargeWriteOutcomeTx writes outcome o on the locked charge c, moving it to
 // status next (chargeOutcomeStatus, or the dunning's past_due until
 // nextRetry, or uncollectible): its PaymentIntent, failure or hold; it logs
-// the transition and keeps the period's spend (chargeSpendTx); releaseLease
+// the transition and keeps the period's spend (chargeSpendTx); leaseRelease
 // also clears its lease. Only chargeApplyOutcomeTx calls it, once it decided
 // that c may take o.
 func chargeWriteOutcomeTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, next ChargeStatus, nextRetry *time.Time,
-	o Outcome, actor string, releaseLease bool) (*Charge, error) {
+	o Outcome, actor string, lease leaseAction) (*Charge, error) {
 	var resolvedBy, failureCode, failureMessage, heldDetail *string
 	var heldReason *HeldReason
 	switch o.Class {
@@ -279,7 +324,7 @@ SET status = $2,
     updated_at = $11
 WHERE id = $1
 RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
-		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, heldDetail, resolvedBy, releaseLease, now, nextRetry))
+		nullString(o.StripeChargeID), failureCode, failureMessage, heldReason, heldDetail, resolvedBy, lease == leaseRelease, now, nextRetry))
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcome: %w", err)
 	}

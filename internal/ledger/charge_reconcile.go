@@ -124,9 +124,9 @@ func (l *Ledger) chargeReconcileTx(ctx context.Context, tx *Tx, p ChargeReconcil
 	o := p.Outcome
 	if p.PaymentIntent != nil {
 		if why := c.PaymentIntentMismatch(*p.PaymentIntent, p.Livemode); why != "" {
-			l.logger.ErrorContext(ctx, "ALERT "+why, "alert", "payment_intent_mismatch", "charge_id", c.ID, "actor", p.Actor)
+			l.logger.ErrorContext(ctx, "ALERT "+why, AlertPaymentIntentMismatch.Attr(), "charge_id", c.ID, "actor", p.Actor)
 			if c.Terminal() || c.Status == ChargeHeld {
-				alerted, err := chargeAlertTx(ctx, tx, now, c, p.Actor, "ALERT "+why, false)
+				alerted, err := chargeAlertTx(ctx, tx, now, c, p.Actor, "ALERT "+why, leaseKeep)
 				if err != nil {
 					return nil, Applied{}, err
 				}
@@ -135,7 +135,7 @@ func (l *Ledger) chargeReconcileTx(ctx context.Context, tx *Tx, p ChargeReconcil
 			o = Outcome{Class: OutcomeHeld, HeldReason: HeldPaymentIntentMismatch, ErrorMessage: why}
 		}
 	}
-	applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, o, p.Actor, false)
+	applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, o, p.Actor, outcomeLearned)
 	if err != nil {
 		return nil, Applied{}, err
 	}

@@ -66,7 +66,7 @@ func (l *Ledger) chargeRecordOutcome(ctx context.Context, claim *Claim, retired 
 			return err
 		}
 
-		applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, o, actor, true)
+		applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, o, actor, outcomeFromClaimant)
 		if err != nil {
 			return fmt.Errorf("error applying outcome: %w", err)
 		}

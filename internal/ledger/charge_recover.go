@@ -86,7 +86,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Pe
 			p.Reason, strings.Join(p.PaymentIntents, ", "))); err != nil {
 			return err
 		}
-		applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, p.Outcome(c), "reconciler", false)
+		applied, err := l.chargeApplyOutcomeTx(ctx, tx, now, c, p.Outcome(c), "reconciler", outcomeLearned)
 		if err != nil {
 			return err
 		}

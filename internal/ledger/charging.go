@@ -194,14 +194,14 @@ func (l *Ledger) ChargingReport(ctx context.Context, after time.Duration) (bool,
 	reported := false
 	if st.Discrepancy != "" {
 		l.logger.ErrorContext(ctx, "ALERT charging was paused or resumed outside Tally: the operator log does not say who or why",
-			"alert", "charging_discrepancy", "paused", st.Paused, "discrepancy", st.Discrepancy)
+			AlertChargingDiscrepancy.Attr(), "paused", st.Paused, "discrepancy", st.Discrepancy)
 		reported = true
 	}
 	// Since is River's own record, on Postgres's clock: compare with the
 	// wall clock, not the ledger's (test) clock.
 	if st.Paused && st.Since != nil && time.Since(*st.Since) >= after {
 		l.logger.ErrorContext(ctx, "ALERT charging is paused: no charge or refund moves money on any replica",
-			"alert", "charging_paused", "paused_since", st.Since.UTC().Format(time.RFC3339), "paused_by", st.By,
+			AlertChargingPaused.Attr(), "paused_since", st.Since.UTC().Format(time.RFC3339), "paused_by", st.By,
 			"reason", st.Reason, "exit", `billingctl charging resume --reason "…"`)
 		reported = true
 	}

@@ -1,5 +1,7 @@
-// Package testtool finds the external tools tests run (promtool,
-// stripe-mock): installed by scripts/ensure-tools.sh, which make test runs.
+// Package testtool holds what tests of several packages share: it finds the
+// external tools they run (promtool, stripe-mock: installed by
+// scripts/ensure-tools.sh, which make test runs) and reads the sections of
+// the markdown documents they check links against (MarkdownSections).
 package testtool
 
 import (
