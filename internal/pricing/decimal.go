@@ -61,11 +61,19 @@ func ParseQuantity(s string) (apd.Decimal, error) {
 	return d, nil
 }
 
+// maxDigits bounds the spelling of a decimal and the coefficient of one
+// given in Go, before anything costs more than linear time (removing
+// trailing zeros is quadratic in the digits).
+const maxDigits = 100
+
 // parseDecimal parses s as a non-negative decimal within the limits and
 // returns it reduced (no trailing zeros), or a message saying what is wrong
 // and what to send instead, with example as the model.
 func parseDecimal(s, example string) (apd.Decimal, string) {
 	var d apd.Decimal
+	if len(s) > maxDigits {
+		return d, fmt.Sprintf("is %d characters long; send at most %d, such as %q", len(s), maxDigits, example)
+	}
 	if !decimalSyntax.MatchString(s) {
 		return d, fmt.Sprintf("must be a decimal such as %q; got %q", example, truncate(s))
 	}
@@ -81,11 +89,24 @@ func parseDecimal(s, example string) (apd.Decimal, string) {
 // checkDecimal returns what is wrong with d, or "" when it is a finite,
 // non-negative decimal within MaxIntegerDigits and MaxFractionDigits.
 func checkDecimal(d *apd.Decimal) string {
-	if d.Form != apd.Finite {
-		return "must be a finite decimal"
+	if problem := checkMagnitude(d); problem != "" {
+		return problem
 	}
 	if d.Sign() < 0 {
 		return fmt.Sprintf("must not be negative; got %s", text(d))
+	}
+	return ""
+}
+
+// checkMagnitude returns what is wrong with d, or "" when it is finite and
+// its absolute value is within MaxIntegerDigits and MaxFractionDigits (so
+// text(d) is short).
+func checkMagnitude(d *apd.Decimal) string {
+	if d.Form != apd.Finite {
+		return "must be a finite decimal"
+	}
+	if d.NumDigits() > maxDigits {
+		return fmt.Sprintf("has %d digits; send at most %d", d.NumDigits(), maxDigits)
 	}
 	r := reduced(d)
 	if r.IsZero() {

@@ -86,6 +86,8 @@ func TestParsePlan(t *testing.T) {
 				"prices.m.unit_amount": "has 13 digits after the point; send at most 12"}},
 			{"DecimalInteger", planWith(`{"model":"per_unit","unit_amount":"100000000000000000000"}`), map[string]string{
 				"prices.m.unit_amount": "has 21 digits before the point; send at most 20"}},
+			{"DecimalLong", planWith(`{"model":"per_unit","unit_amount":"1.` + strings.Repeat("0", 99) + `"}`), map[string]string{
+				"prices.m.unit_amount": `is 101 characters long; send at most 100, such as "0.025"`}},
 			{"DecimalNegative", planWith(`{"model":"per_unit","unit_amount":"1","minimum_amount":"-5"}`), map[string]string{
 				"prices.m.minimum_amount": "must not be negative; got -5"}},
 			{"DecimalSyntax", planWith(`{"model":"per_unit","unit_amount":"1,5"}`), map[string]string{
@@ -238,6 +240,8 @@ func TestParseQuantity(t *testing.T) {
 		"+1":                           `must be a decimal such as "12.5"; got "+1"`,
 		"01":                           `must be a decimal such as "12.5"; got "01"`,
 		strings.Repeat("9", 50):        "has 50 digits before the point; send at most 20",
+		"-1e99999":                     "has 100000 digits before the point; send at most 20",
+		"0." + strings.Repeat("0", 99): `is 101 characters long; send at most 100, such as "12.5"`,
 		"1x" + strings.Repeat("9", 50): `must be a decimal such as "12.5"; got "1x99999999999999999999999999999999999999…"`,
 	} {
 		_, err := pricing.ParseQuantity(in)

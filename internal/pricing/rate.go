@@ -75,12 +75,12 @@ func Rate(p Price, quantity apd.Decimal) (LineItem, error) {
 	if err := fe.err(); err != nil {
 		return LineItem{}, fmt.Errorf("error rating: %w", err)
 	}
-	if quantity.Form == apd.Finite && quantity.Sign() < 0 {
+	if problem := checkMagnitude(&quantity); problem != "" {
+		return LineItem{}, fmt.Errorf("error rating quantity %s: it %s", truncate(quantity.String()), problem)
+	}
+	if quantity.Sign() < 0 {
 		return LineItem{}, fmt.Errorf("error rating quantity %s: %w; voids lower a period's quantity but never below zero, so the events behind it are inconsistent",
 			text(&quantity), ErrNegativeQuantity)
-	}
-	if problem := checkDecimal(&quantity); problem != "" {
-		return LineItem{}, fmt.Errorf("error rating quantity %s: it %s", text(&quantity), problem)
 	}
 	li := LineItem{Model: p.Model, Quantity: reduced(&quantity)}
 	if err := li.rate(p); err != nil {

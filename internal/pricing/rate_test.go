@@ -2,6 +2,7 @@ package pricing_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/apd/v3"
@@ -163,7 +164,13 @@ func TestRateRefuses(t *testing.T) {
 	require.Equal(t, "0", li.Quantity.Text('f'))
 
 	_, err = pricing.Rate(perUnit, dec(t, "0.0000000000001"))
-	require.EqualError(t, err, "error rating quantity 0.0000000000001: it has 13 digits after the point; send at most 12")
+	require.EqualError(t, err, "error rating quantity 1E-13: it has 13 digits after the point; send at most 12")
+
+	_, err = pricing.Rate(perUnit, *apd.New(-1, 99999))
+	require.EqualError(t, err, "error rating quantity -1E+99999: it has 100000 digits before the point; send at most 20")
+
+	_, err = pricing.Rate(perUnit, dec(t, "1"+strings.Repeat("0", 100)+"e-100"))
+	require.EqualError(t, err, "error rating quantity 1.00000000000000000000000000000000000000…: it has 101 digits; send at most 100")
 
 	_, err = pricing.Rate(perUnit, dec(t, "NaN"))
 	require.EqualError(t, err, "error rating quantity NaN: it must be a finite decimal")
