@@ -37,9 +37,7 @@ func ParsePlan(data []byte) (Plan, error) {
 	}
 	d := decoder{fe: fieldErrors{}}
 	var p Plan
-	d.keys("", top, []string{"currency", "prices"}, func(string) string {
-		return `a plan takes currency and prices`
-	})
+	d.keys("", top, []string{"currency", "prices"}, "a plan takes currency and prices")
 	switch raw, ok := present(top, "currency"); {
 	case !ok:
 		d.fe.add("currency", `is required; send a three-letter ISO 4217 code, such as "usd"`)
@@ -116,15 +114,15 @@ func isNull(raw json.RawMessage) bool {
 
 // keys adds a message for each key of obj, at path, that appears twice or
 // is not in allowed; for an unknown key, hint says what the object takes.
-func (d *decoder) keys(path string, obj object, allowed []string, hint func(key string) string) {
+func (d *decoder) keys(path string, obj object, allowed []string, hint string) {
 	seen := make(map[string]bool, len(obj))
 	for _, m := range obj {
 		at := join(path, m.key)
 		switch {
 		case seen[m.key]:
 			d.fe.add(at, "appears more than once; send each field once")
-		case allowed != nil && !contains(allowed, m.key):
-			d.fe.add(at, "is not a known field; %s", hint(m.key))
+		case !contains(allowed, m.key):
+			d.fe.add(at, "is not a known field; %s", hint)
 		}
 		seen[m.key] = true
 	}
@@ -169,12 +167,11 @@ func (d *decoder) price(path string, raw json.RawMessage) Price {
 		}
 	}
 	fields, known := modelFields[p.Model]
-	d.keys(path, obj, priceFields, func(string) string {
-		if known {
-			return takes(p.Model)
-		}
-		return "a price takes " + strings.Join(priceFields, ", ")
-	})
+	hint := "a price takes " + strings.Join(priceFields, ", ")
+	if known {
+		hint = takes(p.Model)
+	}
+	d.keys(path, obj, priceFields, hint)
 	if !known {
 		return p
 	}
@@ -224,9 +221,7 @@ func (d *decoder) tiers(path string, raw json.RawMessage) []Tier {
 			d.fe.add(at, `must be an object such as {"up_to":"1000","unit_amount":"0.5","flat_amount":"0"}`)
 			continue
 		}
-		d.keys(at, obj, tierFields, func(string) string {
-			return "a tier takes " + strings.Join(tierFields, ", ")
-		})
+		d.keys(at, obj, tierFields, "a tier takes "+strings.Join(tierFields, ", "))
 		if raw, ok := present(obj, "up_to"); ok {
 			upTo := d.decimal(at+".up_to", raw, "1000")
 			tiers[i].UpTo = &upTo
