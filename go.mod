@@ -3,6 +3,7 @@ module github.com/tally-billing/tally
 go 1.26.0
 
 require (
+	github.com/cockroachdb/apd/v3 v3.2.3
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oapi-codegen/oapi-codegen/v2 v2.8.2
 	github.com/oapi-codegen/runtime v1.9.0
