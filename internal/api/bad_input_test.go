@@ -110,6 +110,8 @@ func TestBadInput(t *testing.T) {
 				"url": `"https://example.com/h"`, "events": `["*"]`, "description": `"d"`}},
 			{http.MethodPost, "/v1/webhook-endpoints/1/rotate-secret", map[string]string{"grace_period_seconds": `60`}},
 			{http.MethodPost, "/v1/usage-events", event},
+			{http.MethodPut, "/v1/plans/std", map[string]string{
+				"currency": `"usd"`, "prices": `{"m":{"model":"graduated","tiers":[{"up_to":"10","unit_amount":"1"},{"up_to":null,"unit_amount":"0.5"}]}}`}},
 		}
 		for _, r := range routes {
 			for field := range r.fields {
@@ -153,6 +155,8 @@ func TestBadInput(t *testing.T) {
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/cancel", `{"reason":"r"}`)
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/retry", "")
 			serve(t, http.MethodPost, "/v1/charges/"+seg+"/resolve", `{"keep_payment_intent":"pi_1","reason":"r"}`)
+			serve(t, http.MethodPut, "/v1/plans/"+seg, `{"currency":"usd","prices":{}}`)
+			serve(t, http.MethodGet, "/v1/plans/"+seg, "")
 		}
 	})
 
@@ -161,6 +165,7 @@ func TestBadInput(t *testing.T) {
 			for _, name := range []string{"status", "customer_id", "limit", "starting_after"} {
 				serve(t, http.MethodGet, "/v1/charges?"+name+"="+v, "")
 				serve(t, http.MethodGet, "/v1/customers/acme/periods?"+name+"="+v, "")
+				serve(t, http.MethodGet, "/v1/plans?"+name+"="+v, "")
 			}
 			serve(t, http.MethodGet, "/v1/charges?customer_id="+v+"&customer_id=acme&status="+v, "")
 			serve(t, http.MethodGet, "/v1/customers/acme?x="+v, "")
