@@ -99,7 +99,7 @@ func TestBadInput(t *testing.T) {
 		routes := []bodyRoute{
 			{http.MethodPut, "/v1/customers/beta", map[string]string{
 				"stripe_customer_id": `"cus_1"`, "stripe_payment_method_id": `"pm_1"`, "currency": `"usd"`, "max_charge_cents": `100`,
-				"usage_alert_thresholds_cents": `[100]`}},
+				"usage_alert_thresholds_cents": `[100]`, "plan_id": `null`}},
 			{http.MethodPost, "/v1/charges/1/approve", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/charges/1/cancel", map[string]string{"reason": `"r"`}},
 			{http.MethodPost, "/v1/charges/1/retry", map[string]string{"reason": `"r"`}},

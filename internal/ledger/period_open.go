@@ -133,8 +133,7 @@ FOR KEY SHARE OF p`, planFresh, customers, periods)
 // locks it FOR KEY SHARE and returns it, or nil when it does not exist. It
 // returns a *ValidationError when the customer is unknown.
 func (l *Ledger) periodCreateLockTx(ctx context.Context, tx *Tx, now time.Time, k periodKey, b Bounds) (*periodState, error) {
-	var currency string
-	err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, k.customerID).Scan(&currency)
+	open, err := periodOpeningTx(ctx, tx, k.customerID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ValidationError{Fields: map[string]string{"customer_id": fmt.Sprintf(
 			"unknown customer %q: create it with PUT /v1/customers/{customer_id} first", k.customerID)}}
@@ -143,7 +142,7 @@ func (l *Ledger) periodCreateLockTx(ctx context.Context, tx *Tx, now time.Time, 
 		return nil, fmt.Errorf("error reading customer %s: %w", k.customerID, err)
 	}
 	if closesAt := b.EndsAt.Add(l.config.CloseGrace); now.Before(closesAt) {
-		if err := l.periodCreateTx(ctx, tx, now, k, b, closesAt, currency); err != nil {
+		if err := l.periodCreateTx(ctx, tx, now, k, b, closesAt, open); err != nil {
 			return nil, err
 		}
 	}
@@ -154,15 +153,34 @@ func (l *Ledger) periodCreateLockTx(ctx context.Context, tx *Tx, now time.Time, 
 	return locked[k], nil
 }
 
+// periodOpening is what a new period takes from its customer when it opens:
+// the currency, and the plan with its version then in force (nil: none).
+type periodOpening struct {
+	currency    string
+	planID      *string
+	planVersion *int32
+}
+
+// periodOpeningTx reads what a new period of customerID takes from it;
+// pgx.ErrNoRows when the customer is unknown.
+func periodOpeningTx(ctx context.Context, tx *Tx, customerID string) (periodOpening, error) {
+	var open periodOpening
+	err := tx.QueryRow(ctx, `
+SELECT c.currency, c.plan_id,
+       (SELECT max(v.version) FROM billing.plan_versions v WHERE v.plan_id = c.plan_id)
+FROM billing.customers c WHERE c.customer_id = $1`, customerID).Scan(&open.currency, &open.planID, &open.planVersion)
+	return open, err
+}
+
 // periodCreateTx inserts the period row unless it exists and, only when this
 // transaction created it, inserts its charge job scheduled at closesAt and
 // records the job's id on the row.
-func (l *Ledger) periodCreateTx(ctx context.Context, tx *Tx, now time.Time, k periodKey, b Bounds, closesAt time.Time, currency string) error {
+func (l *Ledger) periodCreateTx(ctx context.Context, tx *Tx, now time.Time, k periodKey, b Bounds, closesAt time.Time, open periodOpening) error {
 	tag, err := tx.Exec(ctx, `
-INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at, plan_id, plan_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (customer_id, period) DO NOTHING`,
-		k.customerID, k.period, currency, b.StartsAt, b.EndsAt, closesAt, now)
+		k.customerID, k.period, open.currency, b.StartsAt, b.EndsAt, closesAt, now, open.planID, open.planVersion)
 	if err != nil {
 		return fmt.Errorf("error creating period %s/%s: %w", k.customerID, k.period, err)
 	}
