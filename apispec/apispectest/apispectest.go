@@ -57,7 +57,8 @@ var mapKeys = []string{
 	"$.body.errors**", "$.body.items[*].errors**", // Problem, BatchItemProblem
 	"$.body.carried_forward_cents**",                           // Customer
 	"$.body.properties**", "$.body.data[*].event.properties**", // UsageEvent
-	"$.body.actions[*].detail**", // OperatorAction
+	"$.body.actions[*].detail**",                                                // OperatorAction
+	"$.body.prices**", "$.body.versions[*].prices**", "$.body.data[*].prices**", // PlanVersion, Plan, PlanPage
 }
 
 // int64Format replaces libopenapi-validator's int64 format check, which

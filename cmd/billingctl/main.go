@@ -23,6 +23,8 @@
 //	billingctl charging pause|resume --reason R         the kill switch: stop or restart charging on
 //	                                                    every replica
 //	billingctl charging status                          whether charging is paused, since when, by whom, why
+//	billingctl plans list [--limit N] [--after PLAN]     plans by id, each at its latest version
+//	billingctl plans show PLAN                          a plan's versions, newest first, with their prices
 //	billingctl webhooks list                            the webhook endpoints (never their secrets)
 //	billingctl webhooks create --url U --events T,… [--description D]
 //	                                                    register an endpoint; print its secret on stdout
@@ -81,6 +83,8 @@ const usage = `usage:
   billingctl charging pause --reason R
   billingctl charging resume --reason R
   billingctl charging status
+  billingctl plans list [--limit N] [--after PLAN]
+  billingctl plans show PLAN
   billingctl webhooks list
   billingctl webhooks create --url https://… --events charge.failed,period.closed [--description D]
   billingctl webhooks delete ID
@@ -99,7 +103,7 @@ settings: the server's TALLY_* settings (TALLY_DUNNING_SCHEDULE, TALLY_NAMESPACE
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if len(args) < 1 || (slices.Contains([]string{"apikey", "charges", "charging", "webhooks"}, args[0]) && len(args) < 2) {
+	if len(args) < 1 || (slices.Contains([]string{"apikey", "charges", "charging", "plans", "webhooks"}, args[0]) && len(args) < 2) {
 		return errors.New(usage)
 	}
 	url := getenv("DATABASE_URL")
@@ -136,7 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcile(ctx, l, getenv, args[1:], stdout, stderr)
 	case "recover":
 		return recoverAfterLoss(ctx, l, getenv, args[1:], stdout, stderr)
-	case "apikey", "charges", "charging", "webhooks":
+	case "apikey", "charges", "charging", "plans", "webhooks":
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
@@ -166,6 +170,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return chargingResume(ctx, l, actor, args[2:], stdout, stderr)
 	case "charging status":
 		return chargingStatus(ctx, l, args[2:], stdout)
+	case "plans list":
+		return planList(ctx, l, args[2:], stdout, stderr)
+	case "plans show":
+		return planShow(ctx, l, args[2:], stdout, stderr)
 	case "webhooks list":
 		return webhookList(ctx, l, args[2:], stdout)
 	case "webhooks create":

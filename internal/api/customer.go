@@ -16,6 +16,7 @@ type customerResponse struct {
 	Currency              string    `json:"currency"`
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
 	UsageAlertThresholds  []int64   `json:"usage_alert_thresholds_cents"`
+	PlanID                *string   `json:"plan_id"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
 
@@ -31,7 +32,7 @@ func newCustomerResponse(c *ledger.Customer) customerResponse {
 	}
 	return customerResponse{
 		CustomerID: c.ID, StripeCustomerID: c.StripeCustomerID, StripePaymentMethodID: c.StripePaymentMethodID,
-		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, UsageAlertThresholds: thresholds,
+		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, UsageAlertThresholds: thresholds, PlanID: c.PlanID,
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, CarriedForwardCents: c.CarriedForwardCents,
 	}
 }
@@ -45,6 +46,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		Currency              string  `json:"currency"`
 		MaxChargeCents        *int64  `json:"max_charge_cents"`
 		UsageAlertThresholds  []int64 `json:"usage_alert_thresholds_cents"`
+		PlanID                *string `json:"plan_id"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[request](w, r, bodyLimitDefault)
@@ -55,7 +57,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		c, created, err := l.CustomerPut(r.Context(), ledger.CustomerPutParams{
 			ID: r.PathValue("customer_id"), StripeCustomerID: req.StripeCustomerID,
 			StripePaymentMethodID: req.StripePaymentMethodID, Currency: req.Currency, MaxChargeCents: req.MaxChargeCents,
-			UsageAlertThresholdsCents: req.UsageAlertThresholds,
+			UsageAlertThresholdsCents: req.UsageAlertThresholds, PlanID: req.PlanID,
 		})
 		if err != nil {
 			writeError(logger, w, r, err)

@@ -19,6 +19,7 @@ type customerBody struct {
 	Currency              string    `json:"currency"`
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
 	UsageAlertThresholds  []int64   `json:"usage_alert_thresholds_cents"`
+	PlanID                *string   `json:"plan_id"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
 }
@@ -108,6 +109,34 @@ func TestCustomerPut(t *testing.T) {
 			req.Header.Set("Content-Type", ct)
 			requireProblem(t, b.requireNothingWritten(t, req), http.StatusUnsupportedMediaType, "unsupported_media_type")
 		}
+	})
+
+	t.Run("Plan", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, setupOpts{})
+		p := requireInvalid(t, b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd","plan_id":"std"}`), "plan_id")
+		require.Contains(t, p.Errors["plan_id"], `unknown plan "std": create it with PUT /v1/plans/{plan_id} first`)
+		b.Plan(t, "std", planPerUnit)
+		b.Plan(t, "euro", `{"currency":"eur","prices":{}}`)
+		p = requireInvalid(t, b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd","plan_id":"euro"}`), "plan_id")
+		require.Contains(t, p.Errors["plan_id"], `plan "euro" is in eur, and the customer in usd`)
+
+		rec := b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd","plan_id":"std"}`)
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		require.Equal(t, "std", *decodeJSON[customerBody](t, rec).PlanID)
+		require.Equal(t, "std", *decodeJSON[customerBody](t, b.do(http.MethodGet, "/v1/customers/acme", "")).PlanID)
+
+		// The period that opens now is priced with version 1, and says so.
+		require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
+		b.Plan(t, "std", planTiered)
+		period := decodeJSON[periodBody](t, b.do(http.MethodGet, "/v1/customers/acme/periods/2026-11", ""))
+		require.Equal(t, "std", *period.PlanID)
+		require.Equal(t, int32(1), *period.PlanVersion)
+
+		// Omitted, the customer is on no plan.
+		rec = b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd"}`)
+		require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+		require.Nil(t, decodeJSON[customerBody](t, rec).PlanID)
 	})
 
 	t.Run("Updates", func(t *testing.T) {

@@ -75,16 +75,26 @@ func (e *decodeError) Error() string { return e.detail }
 // decode reads a JSON body of at most limit bytes into v, refusing other
 // content types and anything decodeStrict refuses.
 func decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, error) {
-	var v T
+	body, err := readBody(w, r, limit)
+	if err != nil {
+		var v T
+		return v, err
+	}
+	return decodeStrict[T](body, "")
+}
+
+// readBody reads a JSON body of at most limit bytes, refusing other content
+// types; for a body decoded by something other than decodeStrict.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return v, &decodeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+		return nil, &decodeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
 			detail: "send the body as JSON with Content-Type: application/json"}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		return v, jsonError(err, limit, "")
+		return nil, jsonError(err, limit, "")
 	}
-	return decodeStrict[T](body, "")
+	return body, nil
 }
 
 // decodeStrict decodes one JSON object into v. Field names must match v's

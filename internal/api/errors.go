@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 // writeError answers err: ledger and decoding errors map to their status in
@@ -23,7 +24,9 @@ func problemFor(err error) (problem, bool) {
 	var (
 		de *decodeError
 		ve *ledger.ValidationError
+		pe *pricing.ValidationError
 		ce *ledger.ConflictError
+		ue *ledger.UnpricedMetricError
 	)
 	switch {
 	case errors.As(err, &de):
@@ -31,8 +34,16 @@ func problemFor(err error) (problem, bool) {
 	case errors.As(err, &ve):
 		return problem{Status: http.StatusUnprocessableEntity, Code: "validation_error",
 			Detail: "the request has invalid fields; see errors", Errors: ve.Fields}, true
+	case errors.As(err, &pe):
+		// A plan's fields, by their path (prices.api_calls.tiers[1].up_to).
+		return problem{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+			Detail: "the plan has invalid fields; see errors", Errors: pe.Fields}, true
+	case errors.Is(err, pricing.ErrMalformedPlan):
+		return problem{Status: http.StatusBadRequest, Code: "malformed_json", Detail: err.Error()}, true
 	case errors.As(err, &ce):
 		return problem{Status: http.StatusConflict, Code: ce.Code, Detail: ce.Detail}, true
+	case errors.As(err, &ue):
+		return problem{Status: http.StatusUnprocessableEntity, Code: "unpriced_metric", Detail: ue.Detail}, true
 	case errors.Is(err, ledger.ErrNotFound):
 		// What is missing, not the chain of what was being done.
 		detail := "not found"

@@ -22,6 +22,8 @@ type periodBody struct {
 	ClosesAt    time.Time  `json:"closes_at"`
 	ClosedAt    *time.Time `json:"closed_at"`
 	ChargeJobID *int64     `json:"charge_job_id"`
+	PlanID      *string    `json:"plan_id"`
+	PlanVersion *int32     `json:"plan_version"`
 }
 
 func TestPeriodGet(t *testing.T) {

@@ -31,6 +31,10 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("POST /v1/customers/{customer_id}/periods/{period}/close", auth(ledger.ScopeAdmin, handlePeriodClose(logger, l)))
 
+	mux.Handle("PUT /v1/plans/{plan_id}", auth(ledger.ScopeAdmin, handlePlanPut(logger, l)))
+	mux.Handle("GET /v1/plans/{plan_id}", auth(ledger.ScopeBillingRead, handlePlanGet(logger, l)))
+	mux.Handle("GET /v1/plans", auth(ledger.ScopeBillingRead, handlePlanList(logger, l)))
+
 	mux.Handle("GET /v1/charges", auth(ledger.ScopeBillingRead, handleChargeList(logger, l)))
 	mux.Handle("GET /v1/charges/{id}", auth(ledger.ScopeBillingRead, handleChargeGet(logger, l)))
 	mux.Handle("POST /v1/charges/{id}/approve", auth(ledger.ScopeAdmin, handleChargeApprove(logger, l)))

@@ -55,8 +55,7 @@ func (l *Ledger) ChargeRecoverLost(ctx context.Context, p ChargeRecoverLostParam
 	var charge, created *Charge
 	err = l.withTx(ctx, func(tx *Tx) error {
 		now := l.now()
-		var currency string
-		err := tx.QueryRow(ctx, `SELECT currency FROM billing.customers WHERE customer_id = $1`, p.CustomerID).Scan(&currency)
+		open, err := periodOpeningTx(ctx, tx, p.CustomerID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &ValidationError{Fields: map[string]string{"customer_id": fmt.Sprintf(
 				"customer %q is not in the ledger (lost too): create it again with PUT /v1/customers/%s, then run recover again",
@@ -73,7 +72,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Pe
 			return fmt.Errorf("error reading charge: %w", err)
 		}
 		if err := l.periodCreateTx(ctx, tx, now, periodKey{customerID: p.CustomerID, period: p.Period}, b,
-			b.EndsAt.Add(l.config.CloseGrace), currency); err != nil {
+			b.EndsAt.Add(l.config.CloseGrace), open); err != nil {
 			return err
 		}
 		c, err := l.periodCloseTx(ctx, tx, now, PeriodCloseParams{CustomerID: p.CustomerID, Period: p.Period,

@@ -26,6 +26,10 @@ type Customer struct {
 	// ascending.
 	UsageAlertThresholdsCents []int64
 
+	// PlanID is the customer's plan, in its currency: its latest version
+	// when a period opens prices that period. Nil: none.
+	PlanID *string
+
 	// CarriedForwardCents is what the customer's charges below Stripe's
 	// minimum carry forward, per currency, not yet billed by a later charge
 	// (set by CustomerGet).
@@ -44,6 +48,11 @@ type CustomerPutParams struct {
 	// told of (usage.threshold_reached); nil or empty: none. Stored sorted,
 	// without repeats.
 	UsageAlertThresholdsCents []int64
+
+	// PlanID puts the customer on a plan, which must exist and be in the
+	// customer's currency; nil: none. A change applies from the customer's
+	// next period: each period keeps the plan version it opened with.
+	PlanID *string
 }
 
 func (p *CustomerPutParams) validate() error {
@@ -57,6 +66,9 @@ func (p *CustomerPutParams) validate() error {
 	if m := p.MaxChargeCents; m != nil && (*m <= 0 || *m > AmountCentsMax) {
 		fe.add("max_charge_cents", "must be between 1 and %d, or omitted for no cap", AmountCentsMax)
 	}
+	if p.PlanID != nil {
+		checkID(fe, "plan_id", *p.PlanID, true)
+	}
 	if len(p.UsageAlertThresholdsCents) > UsageThresholdsMax {
 		fe.add("usage_alert_thresholds_cents", "has %d thresholds; send at most %d", len(p.UsageAlertThresholdsCents), UsageThresholdsMax)
 	}
@@ -69,12 +81,12 @@ func (p *CustomerPutParams) validate() error {
 }
 
 const customerColumns = `customer_id, stripe_customer_id, stripe_payment_method_id, currency,
-       max_charge_cents, created_at, updated_at, usage_alert_thresholds_cents`
+       max_charge_cents, created_at, updated_at, usage_alert_thresholds_cents, plan_id`
 
 func scanCustomer(row pgx.Row, extra ...any) (*Customer, error) {
 	var c Customer
 	dest := append([]any{&c.ID, &c.StripeCustomerID, &c.StripePaymentMethodID, &c.Currency,
-		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt, &c.UsageAlertThresholdsCents}, extra...)
+		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt, &c.UsageAlertThresholdsCents, &c.PlanID}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -82,13 +94,21 @@ func scanCustomer(row pgx.Row, extra ...any) (*Customer, error) {
 }
 
 // CustomerPut creates the customer or replaces its fields, and reports
-// whether it was created. A currency change applies to periods created
-// afterwards; open periods keep the currency they started with. It returns a
-// *ValidationError for bad fields.
+// whether it was created. A currency or plan change applies to periods
+// created afterwards; open periods keep the currency and the plan version
+// they started with. It returns a *ValidationError for bad fields, naming
+// plan_id for an unknown plan or one in another currency.
 func (l *Ledger) CustomerPut(ctx context.Context, p CustomerPutParams) (*Customer, bool, error) {
 	p.Currency = strings.ToLower(p.Currency)
 	if err := p.validate(); err != nil {
 		return nil, false, err
+	}
+	if p.PlanID != nil {
+		// A plan is never removed and its currency never changes: what this
+		// read finds holds when the customer is written.
+		if err := l.customerPlanCheck(ctx, *p.PlanID, p.Currency); err != nil {
+			return nil, false, err
+		}
 	}
 	thresholds := slices.Compact(slices.Sorted(slices.Values(p.UsageAlertThresholdsCents)))
 	if thresholds == nil {
@@ -97,17 +117,18 @@ func (l *Ledger) CustomerPut(ctx context.Context, p CustomerPutParams) (*Custome
 	var created bool
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `
 INSERT INTO billing.customers AS c (customer_id, stripe_customer_id, stripe_payment_method_id,
-                                    currency, max_charge_cents, usage_alert_thresholds_cents, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $7, $6, $6)
+                                    currency, max_charge_cents, usage_alert_thresholds_cents, plan_id, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $7, $8, $6, $6)
 ON CONFLICT (customer_id) DO UPDATE
 SET stripe_customer_id = excluded.stripe_customer_id,
     stripe_payment_method_id = excluded.stripe_payment_method_id,
     currency = excluded.currency,
     max_charge_cents = excluded.max_charge_cents,
     usage_alert_thresholds_cents = excluded.usage_alert_thresholds_cents,
+    plan_id = excluded.plan_id,
     updated_at = excluded.updated_at
 RETURNING `+customerColumns+`, (xmax = 0)`,
-		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now(), thresholds), &created)
+		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now(), thresholds, p.PlanID), &created)
 	if err != nil {
 		return nil, false, fmt.Errorf("error saving customer %s: %w", p.ID, err)
 	}
@@ -144,4 +165,23 @@ FROM billing.customers WHERE customer_id = $1`, id))
 		return nil, fmt.Errorf("error reading carried amounts of customer %s: %w", id, err)
 	}
 	return c, nil
+}
+
+// customerPlanCheck returns a *ValidationError naming plan_id unless plan
+// planID exists in currency.
+func (l *Ledger) customerPlanCheck(ctx context.Context, planID, currency string) error {
+	var planCurrency string
+	err := l.pool.QueryRow(ctx, `SELECT currency FROM billing.plans WHERE plan_id = $1`, planID).Scan(&planCurrency)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &ValidationError{Fields: map[string]string{"plan_id": fmt.Sprintf(
+			"unknown plan %q: create it with PUT /v1/plans/{plan_id} first, or omit plan_id for none", planID)}}
+	case err != nil:
+		return fmt.Errorf("error reading plan %s: %w", planID, err)
+	case planCurrency != currency:
+		return &ValidationError{Fields: map[string]string{"plan_id": fmt.Sprintf(
+			"plan %q is in %s, and the customer in %s: name a plan in %s (a plan's currency is fixed by its first version)",
+			planID, planCurrency, currency, currency)}}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-// Package ledger is Tally's domain: customers, billing periods, the
+// Package ledger is Tally's domain: customers, plans, billing periods, the
 // append-only usage ledger, charges, API keys, webhook endpoints, and every
 // money operation with the SQL that runs it. It imports neither net/http nor
 // River: internal/api and internal/jobs call into it, never the other way
@@ -57,8 +57,10 @@
 // (notification.go, webhook_endpoint.go, webhook_delivery.go), usage
 // thresholds (usage_threshold.go), the sweeps of lost jobs (sweep.go,
 // period_sweep.go, stripe_event_sweep.go), API keys (api_key.go,
-// api_key_cache.go), customers (customer.go), currencies' limits
-// (currency.go), the state the gauges show (operations_snapshot.go,
-// operations_state.go), the ledger's settings from the environment
-// (config_env.go) and the error kinds the API maps to statuses (errors.go).
+// api_key_cache.go), customers (customer.go), plans and their versions
+// (price_plan.go; what a price is and how it rates is internal/pricing's),
+// currencies' limits (currency.go), the state the gauges show
+// (operations_snapshot.go, operations_state.go), the ledger's settings from
+// the environment (config_env.go) and the error kinds the API maps to
+// statuses (errors.go).
 package ledger

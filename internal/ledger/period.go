@@ -101,6 +101,11 @@ type Period struct {
 	EventCount  int64
 	TotalCents  int64
 
+	// PlanID and PlanVersion are the customer's plan and its version in
+	// force when the period opened, which price it; nil: none.
+	PlanID      *string
+	PlanVersion *int32
+
 	// ChargeID and ChargeStatus are set once the period has closed.
 	ChargeID     *int64
 	ChargeStatus *string
@@ -108,7 +113,7 @@ type Period struct {
 
 const periodSelectSQL = `
 SELECT p.customer_id, p.period, p.currency, p.status, p.starts_at, p.ends_at, p.closes_at,
-       p.closed_at, p.charge_job_id,
+       p.closed_at, p.charge_job_id, p.plan_id, p.plan_version,
        (SELECT count(*) FROM billing.usage_events e
          WHERE e.customer_id = p.customer_id AND e.period = p.period),
        (SELECT coalesce(sum(e.amount_cents), 0)::bigint FROM billing.usage_events e
@@ -120,7 +125,7 @@ LEFT JOIN billing.charges c ON c.customer_id = p.customer_id AND c.period = p.pe
 func scanPeriod(row pgx.Row) (*Period, error) {
 	var p Period
 	err := row.Scan(&p.CustomerID, &p.Period, &p.Currency, &p.Status, &p.StartsAt, &p.EndsAt,
-		&p.ClosesAt, &p.ClosedAt, &p.ChargeJobID, &p.EventCount, &p.TotalCents, &p.ChargeID, &p.ChargeStatus)
+		&p.ClosesAt, &p.ClosedAt, &p.ChargeJobID, &p.PlanID, &p.PlanVersion, &p.EventCount, &p.TotalCents, &p.ChargeID, &p.ChargeStatus)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,10 @@ type PublicPeriod struct {
 	ClosesAt    time.Time  `json:"closes_at"`
 	ClosedAt    *time.Time `json:"closed_at"`
 	ChargeJobID *int64     `json:"charge_job_id"`
+	// PlanID and PlanVersion price the period: the customer's plan and its
+	// version when the period opened; null: none.
+	PlanID      *string `json:"plan_id"`
+	PlanVersion *int32  `json:"plan_version"`
 	Charge      *struct {
 		ID     int64  `json:"id"`
 		Status string `json:"status"`
@@ -28,6 +32,7 @@ func (p *Period) Public() PublicPeriod {
 		CustomerID: p.CustomerID, Period: p.Period, Status: p.Status, Currency: p.Currency,
 		EventCount: p.EventCount, TotalCents: p.TotalCents, StartsAt: p.StartsAt, EndsAt: p.EndsAt,
 		ClosesAt: p.ClosesAt, ClosedAt: p.ClosedAt, ChargeJobID: p.ChargeJobID,
+		PlanID: p.PlanID, PlanVersion: p.PlanVersion,
 	}
 	if p.ChargeID != nil {
 		resp.Charge = &struct {

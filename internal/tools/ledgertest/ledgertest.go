@@ -1,6 +1,6 @@
 // Package ledgertest builds a Ledger on a fresh test database for tests in
 // other packages: a controllable clock, an insert-only River client for the
-// charge jobs, and helpers to create customers.
+// charge jobs, and helpers to create customers and plans.
 package ledgertest
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
@@ -153,4 +154,15 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// Plan puts plan id with the price book in JSON (as PUT /v1/plans/{id}
+// takes it), by actor "test", and returns the version it is now at.
+func (b *Bundle) Plan(t testing.TB, id, priceBook string) *ledger.PlanVersion {
+	t.Helper()
+	plan, err := pricing.ParsePlan([]byte(priceBook))
+	require.NoError(t, err)
+	v, _, err := b.Ledger.PlanPut(context.Background(), ledger.PlanPutParams{PlanID: id, Plan: plan, Actor: "test"})
+	require.NoError(t, err)
+	return v
 }
