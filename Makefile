@@ -13,23 +13,24 @@ CMDS        := server migrate billingctl stripesim
 DB_NAME     ?= tally
 IMAGE       ?= tally
 
-# Fuzz targets (internal/api; no database needed) and how many inputs each runs:
-# FUZZTIME in `make fuzz`, FUZZTIME_TEST in `make test`. Counts (Nx), not durations:
+# Fuzz targets (no database needed), each as package:target, and how many inputs each
+# runs: FUZZTIME in `make fuzz`, FUZZTIME_TEST in `make test`. Counts (Nx), not durations:
 # with a duration, Go 1.26's fuzz coordinator can report its own deadline as a failure
 # ("context deadline exceeded", no crasher; golang/go#75804, fixed in Go 1.27) when a
 # loaded machine starves the workers at the end. New inputs that crash land in
-# internal/api/testdata/fuzz/<target>/: commit them with the fix.
-FUZZ_PKG         := ./internal/api/
-FUZZ_TARGETS     := FuzzUsageEventDecode FuzzUsageEventBatchDecode FuzzStripeWebhook FuzzObjectKeys
+# <package>/testdata/fuzz/<target>/: commit them with the fix.
+FUZZ_TARGETS     := ./internal/api:FuzzUsageEventDecode ./internal/api:FuzzUsageEventBatchDecode \
+                    ./internal/api:FuzzStripeWebhook ./internal/api/jsonobj:FuzzObjectKeys
 FUZZTIME         ?= 100000x
 FUZZTIME_TEST    ?= 3000x
 FUZZMINIMIZETIME ?= 10s
 
 # fuzz-run runs every fuzz target for $(1), one `go test -fuzz` each.
 define fuzz-run
-	for target in $(FUZZ_TARGETS); do \
-	  echo "fuzz: $$target for $(1)" >&2; \
-	  $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(1) -fuzzminimizetime=$(FUZZMINIMIZETIME) $(FUZZ_PKG); \
+	for pkg_target in $(FUZZ_TARGETS); do \
+	  pkg="$${pkg_target%%:*}"; target="$${pkg_target#*:}"; \
+	  echo "fuzz: $$target ($$pkg) for $(1)" >&2; \
+	  $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(1) -fuzzminimizetime=$(FUZZMINIMIZETIME) "$$pkg"; \
 	done
 endef
 
@@ -43,7 +44,7 @@ test: ## go vet, go test -race against a real Postgres (+ stripe-mock), then eac
 	bash scripts/ensure-tools.sh
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	echo "make test: Postgres admin URL $$admin_url" >&2; \
-	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" STRIPE_MOCK_BIN="$(STRIPE_MOCK)" PROMTOOL_BIN="$(GOPATH_BIN)/promtool" HELM_BIN="$(GOPATH_BIN)/helm" CHROMIUM_BIN="$$(command -v chromium)" CGO_ENABLED=1 \
+	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" STRIPE_MOCK_BIN="$(STRIPE_MOCK)" PROMTOOL_BIN="$(GOPATH_BIN)/promtool" HELM_BIN="$(GOPATH_BIN)/helm" OAPI_CODEGEN_BIN="$(GOPATH_BIN)/oapi-codegen" CHROMIUM_BIN="$$(command -v chromium)" CGO_ENABLED=1 \
 	  $(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) $(PKGS)
 	$(call fuzz-run,$(FUZZTIME_TEST))
 

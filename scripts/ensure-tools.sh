@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the dev tools into $(go env GOPATH)/bin if missing or at the wrong version:
-#   scripts/ensure-tools.sh        the test tools (stripe-mock, helm, promtool, chromium)
+#   scripts/ensure-tools.sh        the test tools (stripe-mock, helm, oapi-codegen, promtool, chromium)
 #   scripts/ensure-tools.sh lint   the linters (golangci-lint, shellcheck)
 # Idempotent; prints nothing on stdout (logs to stderr). Callers use e.g.
 #   "$(go env GOPATH)/bin/stripe-mock"
@@ -74,6 +74,8 @@ case "${1:-test}" in
 test)
   install_tool stripe-mock github.com/stripe/stripe-mock v0.203.0
   install_tool helm helm.sh/helm/v3/cmd/helm v3.22.0
+  # oapi-codegen generates the client apispec's TestClient builds: a tool, kept out of go.mod.
+  install_tool oapi-codegen github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen v2.8.2
   ensure_promtool
   ensure_deb chromium "the browser tests"
   ;;

@@ -15,7 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
+
+	"github.com/tally-billing/tally/internal/api/jsonobj"
 )
 
 // Body limits.
@@ -105,7 +106,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 	var v T
 	keys := keyCheck{allowed: jsonFieldNames(reflect.TypeOf(v)), prefix: prefix}
-	if objectKeys(raw, keys.check) {
+	if jsonobj.Keys(raw, keys.check) {
 		// One valid JSON object: once its keys are v's fields, each once,
 		// nothing is left for a Decoder to refuse but wrong types, which
 		// Unmarshal reports alike, without a Decoder's buffers (a batch
@@ -134,7 +135,7 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 }
 
 // checkKeys requires raw to be a JSON object whose keys keys accepts. It is
-// decodeStrict's slow path, for a body its one-scan check (objectKeys)
+// decodeStrict's slow path, for a body its one-scan check (jsonobj.Keys)
 // refused — invalid JSON, or not an object: it reads raw token by token to
 // name the problem.
 func checkKeys(raw []byte, keys keyCheck, prefix string) error {
@@ -225,89 +226,6 @@ func (c *keyCheck) err() error {
 	}
 	return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
 		detail: "the request has invalid fields", fields: c.fields, omitted: c.omitted}
-}
-
-// objectKeys calls yield with each key of the object raw holds, in order,
-// and reports true, when raw is valid JSON holding one object; otherwise it
-// reports false without calling yield. It is decodeStrict's fast path: no
-// allocation but escaped keys (yield must not keep key).
-func objectKeys(raw []byte, yield func(key []byte)) bool {
-	if !json.Valid(raw) {
-		return false
-	}
-	i := skipSpace(raw, 0)
-	if raw[i] != '{' {
-		return false
-	}
-	i = skipSpace(raw, i+1)
-	for raw[i] != '}' {
-		if raw[i] == ',' {
-			i = skipSpace(raw, i+1)
-		}
-		end := stringEnd(raw, i)
-		key := raw[i+1 : end-1]
-		if bytes.ContainsFunc(key, func(r rune) bool { return r == '\\' || r >= utf8.RuneSelf }) {
-			// Escapes and non-ASCII as encoding/json reads them (invalid
-			// UTF-8 becomes U+FFFD).
-			var s string
-			if err := json.Unmarshal(raw[i:end], &s); err != nil {
-				return false
-			}
-			key = []byte(s)
-		}
-		yield(key)
-		i = skipSpace(raw, end)                // at ':'
-		i = valueEnd(raw, skipSpace(raw, i+1)) // after the value
-		i = skipSpace(raw, i)
-	}
-	return true
-}
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON whitespace.
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index after the string of valid JSON that opens at
-// i.
-func stringEnd(raw []byte, i int) int {
-	for i++; raw[i] != '"'; i++ {
-		if raw[i] == '\\' {
-			i++
-		}
-	}
-	return i + 1
-}
-
-// valueEnd returns the index after the value of valid JSON that starts at
-// i.
-func valueEnd(raw []byte, i int) int {
-	switch raw[i] {
-	case '"':
-		return stringEnd(raw, i)
-	case '{', '[':
-		depth := 0
-		for ; ; i++ {
-			switch raw[i] {
-			case '"':
-				i = stringEnd(raw, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	}
-	for i < len(raw) && !strings.ContainsRune(",}] \t\r\n", rune(raw[i])) {
-		i++
-	}
-	return i
 }
 
 // fieldNames caches jsonFieldNames by type.
