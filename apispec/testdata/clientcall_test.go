@@ -48,15 +48,15 @@ func TestGeneratedClient(t *testing.T) {
 	require.Equal(t, &pm, put.JSON201.StripePaymentMethodId)
 	require.Nil(t, put.JSON201.MaxChargeCents)
 
-	quantity := int64(500)
+	amount, metric := int64(1250), "api_calls"
 	event := UsageEventCreateJSONRequestBody{
-		CustomerId: "acme", EventId: "evt-1", AmountCents: 1250, Quantity: &quantity,
+		CustomerId: "acme", EventId: "evt-1", AmountCents: &amount, Metric: &metric,
 		Properties: &map[string]interface{}{"region": "eu"},
 	}
 	created, err := client.UsageEventCreateWithResponse(ctx, event)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), "%s", created.Body)
-	require.Equal(t, int64(1250), created.JSON201.AmountCents)
+	require.Equal(t, int64(1250), *created.JSON201.AmountCents)
 	require.Equal(t, "2026-11", created.JSON201.Period)
 	require.Equal(t, map[string]interface{}{"region": "eu"}, created.JSON201.Properties)
 

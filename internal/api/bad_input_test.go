@@ -62,6 +62,8 @@ func (r bodyRoute) body(field, value string) string {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t, setupOpts{})
+	b.Plan(t, "std", planPerUnit) // acme's quantity events of api_calls are priced
+	require.Equal(t, http.StatusOK, b.do(http.MethodPut, "/v1/customers/acme", `{"stripe_customer_id":"cus_acme","currency":"usd","plan_id":"std"}`).Code)
 	require.Equal(t, http.StatusCreated, b.postEvent(eventJSON("e1", 100)).Code)
 
 	const secret = "whsec_badinput"
@@ -93,8 +95,12 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("BodyFields", func(t *testing.T) {
 		event := map[string]string{
-			"customer_id": `"acme"`, "event_id": `"e2"`, "amount_cents": `1`, "currency": `"usd"`, "quantity": `1`,
+			"customer_id": `"acme"`, "event_id": `"e2"`, "amount_cents": `1`, "currency": `"usd"`,
 			"metric": `"m"`, "properties": `{"a":1}`, "occurred_at": `"2026-11-14T10:00:00Z"`,
+		}
+		quantityEvent := map[string]string{
+			"customer_id": `"acme"`, "event_id": `"e3"`, "currency": `"usd"`, "quantity": `"2.5"`,
+			"metric": `"api_calls"`, "properties": `{"a":1}`, "occurred_at": `"2026-11-14T10:00:00Z"`,
 		}
 		routes := []bodyRoute{
 			{http.MethodPut, "/v1/customers/beta", map[string]string{
@@ -110,6 +116,7 @@ func TestBadInput(t *testing.T) {
 				"url": `"https://example.com/h"`, "events": `["*"]`, "description": `"d"`}},
 			{http.MethodPost, "/v1/webhook-endpoints/1/rotate-secret", map[string]string{"grace_period_seconds": `60`}},
 			{http.MethodPost, "/v1/usage-events", event},
+			{http.MethodPost, "/v1/usage-events", quantityEvent},
 			{http.MethodPut, "/v1/plans/std", map[string]string{
 				"currency": `"usd"`, "prices": `{"m":{"model":"graduated","tiers":[{"up_to":"10","unit_amount":"1"},{"up_to":null,"unit_amount":"0.5"}]}}`}},
 		}

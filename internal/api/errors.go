@@ -26,6 +26,7 @@ func problemFor(err error) (problem, bool) {
 		ve *ledger.ValidationError
 		pe *pricing.ValidationError
 		ce *ledger.ConflictError
+		ue *ledger.UnpricedMetricError
 	)
 	switch {
 	case errors.As(err, &de):
@@ -41,6 +42,8 @@ func problemFor(err error) (problem, bool) {
 		return problem{Status: http.StatusBadRequest, Code: "malformed_json", Detail: err.Error()}, true
 	case errors.As(err, &ce):
 		return problem{Status: http.StatusConflict, Code: ce.Code, Detail: ce.Detail}, true
+	case errors.As(err, &ue):
+		return problem{Status: http.StatusUnprocessableEntity, Code: "unpriced_metric", Detail: ue.Detail}, true
 	case errors.Is(err, ledger.ErrNotFound):
 		// What is missing, not the chain of what was being done.
 		detail := "not found"

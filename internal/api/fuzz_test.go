@@ -23,10 +23,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cockroachdb/apd/v3"
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 var fuzzLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -71,9 +73,17 @@ func fuzzRecord(t *testing.T, p ledger.UsageEventParams) (*ledger.UsageEventResu
 	if p.Metric != "" {
 		metric = &p.Metric
 	}
+	var quantity *apd.Decimal
+	if p.Quantity != "" {
+		q, err := pricing.ParseQuantity(p.Quantity)
+		if err != nil {
+			return nil, &ledger.ValidationError{Fields: map[string]string{"quantity": err.Error()}}
+		}
+		quantity = &q
+	}
 	return &ledger.UsageEventResult{Event: &ledger.UsageEvent{
 		CustomerID: p.CustomerID, EventID: p.EventID, Period: "2026-11", AmountCents: p.AmountCents,
-		Currency: "usd", Quantity: p.Quantity, Metric: metric, Properties: props,
+		Currency: "usd", Quantity: quantity, Metric: metric, Properties: props,
 		OccurredAt: occurredAt, ReceivedAt: occurredAt,
 	}}, nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,24 +22,40 @@ type usageEventRequest struct {
 	EventID     string          `json:"event_id"`
 	AmountCents *int64          `json:"amount_cents"`
 	Currency    string          `json:"currency"`
-	Quantity    *int64          `json:"quantity"`
+	Quantity    json.RawMessage `json:"quantity"`
 	Metric      string          `json:"metric"`
 	Properties  json.RawMessage `json:"properties"`
 	OccurredAt  *string         `json:"occurred_at"`
 }
 
 // params converts the request, or returns a *ledger.ValidationError for the
-// fields only the API can judge (presence, timestamp syntax).
+// fields only the API can judge (an amount of 0 sent, the JSON type of
+// quantity, timestamp syntax). The ledger judges the rest, presence
+// included: amount_cents, or metric and quantity.
 func (req usageEventRequest) params() (ledger.UsageEventParams, error) {
 	p := ledger.UsageEventParams{
 		CustomerID: req.CustomerID, EventID: req.EventID, Currency: req.Currency,
-		Quantity: req.Quantity, Metric: req.Metric, Properties: req.Properties,
+		Metric: req.Metric, Properties: req.Properties,
 	}
 	fields := map[string]string{}
-	if req.AmountCents == nil {
-		fields["amount_cents"] = "is required: the event's price in minor units of the customer's currency, such as 1250 for $12.50"
-	} else {
+	if req.AmountCents != nil {
+		if *req.AmountCents == 0 { // the ledger's 0 is none
+			fields["amount_cents"] = fmt.Sprintf("must be a whole number of minor units between 1 and %d; got 0", ledger.AmountCentsMax)
+		}
 		p.AmountCents = *req.AmountCents
+	}
+	// A quantity is a JSON number or the same digits in a string, read
+	// exactly (never as a float64); null or "" is none, as for metric.
+	switch q := bytes.TrimSpace(req.Quantity); {
+	case len(q) == 0 || string(q) == "null":
+	case q[0] == '"':
+		if err := json.Unmarshal(q, &p.Quantity); err != nil {
+			fields["quantity"] = quantityWant
+		}
+	case q[0] == '-' || (q[0] >= '0' && q[0] <= '9'):
+		p.Quantity = string(q)
+	default:
+		fields["quantity"] = quantityWant
 	}
 	if req.OccurredAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *req.OccurredAt)
@@ -54,14 +71,19 @@ func (req usageEventRequest) params() (ledger.UsageEventParams, error) {
 	return p, nil
 }
 
-// usageEventResponse is a stored usage event as the API shows it.
+// quantityWant says what a quantity of the wrong JSON type should be.
+const quantityWant = `must be a number or a decimal in a string, such as 12.5 or "12.5"`
+
+// usageEventResponse is a stored usage event as the API shows it: a
+// quantity event's amount_cents is null (its period's plan prices it), and
+// a quantity is an exact JSON number, such as 12.5.
 type usageEventResponse struct {
 	CustomerID  string          `json:"customer_id"`
 	EventID     string          `json:"event_id"`
 	Period      string          `json:"period"`
-	AmountCents int64           `json:"amount_cents"`
+	AmountCents *int64          `json:"amount_cents"`
 	Currency    string          `json:"currency"`
-	Quantity    *int64          `json:"quantity"`
+	Quantity    json.RawMessage `json:"quantity"`
 	Metric      *string         `json:"metric"`
 	Properties  json.RawMessage `json:"properties"`
 	OccurredAt  time.Time       `json:"occurred_at"`
@@ -69,11 +91,19 @@ type usageEventResponse struct {
 }
 
 func newUsageEventResponse(e *ledger.UsageEvent) usageEventResponse {
-	return usageEventResponse{
-		CustomerID: e.CustomerID, EventID: e.EventID, Period: e.Period, AmountCents: e.AmountCents,
-		Currency: e.Currency, Quantity: e.Quantity, Metric: e.Metric, Properties: e.Properties,
+	resp := usageEventResponse{
+		CustomerID: e.CustomerID, EventID: e.EventID, Period: e.Period,
+		Currency: e.Currency, Metric: e.Metric, Properties: e.Properties,
 		OccurredAt: e.OccurredAt, ReceivedAt: e.ReceivedAt,
 	}
+	if e.AmountCents != 0 {
+		amount := e.AmountCents
+		resp.AmountCents = &amount
+	}
+	if e.Quantity != nil {
+		resp.Quantity = json.RawMessage(e.Quantity.Text('f'))
+	}
+	return resp
 }
 
 // replayHeader marks a response that replays an already recorded event.
@@ -271,7 +301,7 @@ func usageResult(err error) string {
 		return metrics.UsageConflict
 	case errors.As(err, &ce) && ce.Code == ledger.ConflictPeriodClosed:
 		return metrics.UsagePeriodClosed
-	case errors.As(err, &ve), errors.As(err, &de):
+	case errors.As(err, &ve), errors.As(err, &de), errors.As(err, new(*ledger.UnpricedMetricError)):
 		return metrics.UsageRejected
 	}
 	return ""

@@ -187,12 +187,15 @@ func TestUsageEventCreate(t *testing.T) {
 	t.Run("CreatesWithEveryField", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t, setupOpts{})
-		rec := b.postEvent(`{"customer_id":"acme","event_id":"e1","amount_cents":7,"currency":"USD","quantity":3,
+		// Every field of a pre-priced event (a quantity event's are in
+		// TestUsageEventQuantity).
+		rec := b.postEvent(`{"customer_id":"acme","event_id":"e1","amount_cents":7,"currency":"USD",
 			"metric":"tokens","properties":{"model":"x","n":1},"occurred_at":"2026-11-14T12:00:00+02:00"}`)
 		require.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
 		ev := decodeJSON[usageEventBody](t, rec)
 		require.Equal(t, "usd", ev.Currency)
-		require.Equal(t, int64(3), *ev.Quantity)
+		require.Equal(t, int64(7), ev.AmountCents)
+		require.Nil(t, ev.Quantity)
 		require.Equal(t, "tokens", *ev.Metric)
 		require.JSONEq(t, `{"model":"x","n":1}`, string(ev.Properties))
 		require.True(t, ev.OccurredAt.Equal(time.Date(2026, 11, 14, 10, 0, 0, 0, time.UTC)), "occurred_at: %s", ev.OccurredAt)

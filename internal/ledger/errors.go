@@ -110,9 +110,22 @@ type ConflictError struct {
 
 func (e *ConflictError) Error() string { return e.Code + ": " + e.Detail }
 
+// UnpricedMetricError reports a quantity event whose metric its period's
+// plan version has no price for (or whose period has no plan): the close
+// could not price it, so it is refused. Nothing was written. Its message
+// names the metric and says what to do: send the event with amount_cents,
+// or price the metric in the plan, which applies from the customer's next
+// period.
+type UnpricedMetricError struct {
+	Metric string
+	Detail string
+}
+
+func (e *UnpricedMetricError) Error() string { return "unpriced_metric: " + e.Detail }
+
 // BatchError reports a rejected batch: the errors of each failing item by its
-// index in the request (each a *ValidationError or *ConflictError). Nothing
-// of the batch was written.
+// index in the request (each a *ValidationError, *ConflictError or
+// *UnpricedMetricError). Nothing of the batch was written.
 type BatchError struct {
 	Items map[int]error
 }

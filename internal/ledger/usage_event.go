@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/apd/v3"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 // OccurredAtFutureMax is how far in the future an event's occurred_at may be
@@ -22,31 +25,45 @@ const OccurredAtFutureMax = 5 * time.Minute
 // UsageEventBatchMax is the most events one batch may hold.
 const UsageEventBatchMax = 1000
 
-// UsageEventParams is one usage event as a producer posts it.
+// UsageEventParams is one usage event as a producer posts it: either
+// pre-priced (AmountCents, billed as sent; Metric optional, a label) or a
+// quantity event (Metric and Quantity, priced by the customer's plan), never
+// both.
 type UsageEventParams struct {
-	CustomerID  string
-	EventID     string // the producer's idempotency key, unique per customer
-	AmountCents int64  // priced by the producer, in minor units of the period's currency
+	CustomerID string
+	EventID    string // the producer's idempotency key, unique per customer
+	// AmountCents is the event's price in minor units of the period's
+	// currency, priced by the producer; 0 for none (a quantity event).
+	AmountCents int64
 	Currency    string // optional; must equal the period's currency when given
-	Quantity    *int64 // optional
-	Metric      string // optional
-	Properties  json.RawMessage
-	OccurredAt  *time.Time // optional; default: now
+	// Quantity is how much of Metric was used, an exact decimal as sent (a
+	// JSON number's text, or a decimal string such as "12.5"; at most 12
+	// digits after the point, see pricing.ParseQuantity); "" for none. The
+	// period's plan version must price Metric.
+	Quantity   string
+	Metric     string // required with Quantity; otherwise optional
+	Properties json.RawMessage
+	OccurredAt *time.Time // optional; default: now
 }
 
 // UsageEvent is a stored usage event.
 type UsageEvent struct {
-	ID          int64
-	CustomerID  string
-	EventID     string
-	Period      string
+	ID         int64
+	CustomerID string
+	EventID    string
+	Period     string
+	// AmountCents is a pre-priced event's amount; 0 for a quantity event
+	// (the column is NULL), which its period's plan version prices.
 	AmountCents int64
 	Currency    string
-	Quantity    *int64
-	Metric      *string
-	Properties  json.RawMessage
-	OccurredAt  time.Time
-	ReceivedAt  time.Time
+	// Quantity is a quantity event's quantity, exact (nil for a pre-priced
+	// event; an event recorded before quantity events existed may carry
+	// one beside its amount).
+	Quantity   *apd.Decimal
+	Metric     *string
+	Properties json.RawMessage
+	OccurredAt time.Time
+	ReceivedAt time.Time
 }
 
 // UsageEventResult is the outcome of recording one event: the stored event,
@@ -65,8 +82,15 @@ type preparedEvent struct {
 	occurredAt  time.Time
 	periodBound Bounds
 
-	// periodCurrency is set once the period is found open.
+	// quantity is Quantity's canonical text (no exponent, no trailing
+	// zeros), "" for none.
+	quantity string
+
+	// periodCurrency and periodPlan are set once the period is found open,
+	// and periodPriced when its plan version prices the event's metric.
 	periodCurrency string
+	periodPlan     planRef
+	periodPriced   bool
 }
 
 // prepare validates p against now and computes its hash and period.
@@ -74,15 +98,10 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 	fe := fieldErrors{}
 	checkID(fe, "customer_id", p.CustomerID, true)
 	checkID(fe, "event_id", p.EventID, true)
-	if p.AmountCents <= 0 || p.AmountCents > AmountCentsMax {
-		fe.add("amount_cents", "must be a whole number of minor units between 1 and %d; got %d", AmountCentsMax, p.AmountCents)
-	}
+	quantity := checkAmountOrQuantity(fe, p)
 	p.Currency = strings.ToLower(p.Currency)
 	if p.Currency != "" {
 		checkCurrency(fe, "currency", p.Currency)
-	}
-	if p.Quantity != nil && *p.Quantity < 0 {
-		fe.add("quantity", "must not be negative")
 	}
 	checkID(fe, "metric", p.Metric, false)
 
@@ -112,20 +131,28 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 	if p.OccurredAt != nil {
 		sent = occurredAt.Format(time.RFC3339Nano)
 	}
+	// The quantity goes in as its canonical text, a JSON number: 12.5,
+	// "12.50" and 1.25e1 are one payload, and an integer quantity hashes as
+	// the int64 quantities of before did.
+	var q json.RawMessage
+	if quantity != "" {
+		q = json.RawMessage(quantity)
+	}
 	canonical, _ := json.Marshal(struct {
 		CustomerID  string          `json:"customer_id"`
 		EventID     string          `json:"event_id"`
 		AmountCents int64           `json:"amount_cents"`
 		Currency    string          `json:"currency"`
-		Quantity    *int64          `json:"quantity"`
+		Quantity    json.RawMessage `json:"quantity"`
 		Metric      string          `json:"metric"`
 		Properties  json.RawMessage `json:"properties"`
 		OccurredAt  string          `json:"occurred_at"`
-	}{p.CustomerID, p.EventID, p.AmountCents, p.Currency, p.Quantity, p.Metric, props, sent})
+	}{p.CustomerID, p.EventID, p.AmountCents, p.Currency, q, p.Metric, props, sent})
 	sum := sha256.Sum256(canonical)
 
 	return &preparedEvent{
 		UsageEventParams: p,
+		quantity:         quantity,
 		hash:             sum[:],
 		properties:       props,
 		occurredAt:       occurredAt,
@@ -133,9 +160,42 @@ func (l *Ledger) prepare(p UsageEventParams, now time.Time) (*preparedEvent, err
 	}, nil
 }
 
+// checkAmountOrQuantity adds a message to fe unless p is either pre-priced
+// (a valid AmountCents, no Quantity) or a quantity event (Metric and a valid
+// Quantity, no AmountCents), and returns the quantity's canonical text, ""
+// for none.
+func checkAmountOrQuantity(fe fieldErrors, p UsageEventParams) string {
+	var quantity string
+	if p.Quantity != "" {
+		q, err := pricing.ParseQuantity(p.Quantity)
+		if err != nil {
+			fe.add("quantity", "%s", err.Error())
+		} else {
+			quantity = q.Text('f')
+		}
+		if p.Metric == "" {
+			fe.add("metric", "is required with quantity: send the metric the quantity is of, such as \"api_calls\", which the customer's plan prices")
+		}
+	}
+	switch {
+	case p.AmountCents != 0 && p.Quantity != "":
+		both := "send either amount_cents (an amount you priced, billed as sent) or metric and quantity " +
+			"(priced by the customer's plan), not both"
+		fe.add("amount_cents", "%s", both)
+		fe.add("quantity", "%s", both)
+	case p.AmountCents == 0 && p.Quantity == "":
+		fe.add("amount_cents", "is required unless the event sends metric and quantity: the event's price in "+
+			"minor units of the customer's currency, such as 1250 for $12.50 (or a quantity of a metric the "+
+			"customer's plan prices, such as \"metric\":\"api_calls\",\"quantity\":12)")
+	case p.AmountCents < 0 || p.AmountCents > AmountCentsMax:
+		fe.add("amount_cents", "must be a whole number of minor units between 1 and %d; got %d", AmountCentsMax, p.AmountCents)
+	}
+	return quantity
+}
+
 // UsageEventRecord records one usage event; see UsageEventRecordBatch for the
-// rules. It returns a *ValidationError or *ConflictError (not a BatchError)
-// when the event is rejected.
+// rules. It returns a *ValidationError, *ConflictError or
+// *UnpricedMetricError (not a BatchError) when the event is rejected.
 //
 // The common case — a new event for a period that is open — is one statement
 // and one round trip (usageEventInsertOpen). Everything else (the period's
@@ -170,7 +230,10 @@ func (l *Ledger) UsageEventRecord(ctx context.Context, p UsageEventParams) (*Usa
 // payload is a replay (returned as stored, nothing written), with a different
 // payload an idempotency_conflict. Otherwise the customer must exist, the
 // event's period (derived from occurred_at) must be open and before its close
-// time, and the currency must match the period's. The first event of a period
+// time, and the currency must match the period's; a quantity event's metric
+// must be priced by the period's plan version (the one in force when the
+// period opened), else it is refused with an *UnpricedMetricError. The
+// first event of a period
 // creates the period row and inserts its charge job in the same transaction.
 // The period row is held FOR KEY SHARE while events are inserted, so a
 // concurrent close (FOR UPDATE) either sees the event or makes it fail with
@@ -295,6 +358,11 @@ func (l *Ledger) recordTx(ctx context.Context, tx *Tx, now time.Time, n int, eve
 			unsure = append(unsure, ev)
 			continue
 		}
+		if ev.quantity != "" && !ev.periodPriced {
+			refused[ev] = unpricedMetricError(ev)
+			unsure = append(unsure, ev)
+			continue
+		}
 		insert = append(insert, ev)
 	}
 
@@ -360,18 +428,74 @@ func compareStored(ev *preparedEvent, s storedEvent) (*UsageEventResult, error) 
 	return &UsageEventResult{Event: s.event, Replay: true}, nil
 }
 
-const usageEventColumns = `id, customer_id, event_id, period, amount_cents, currency, quantity, metric,
-       properties, occurred_at, received_at, payload_hash`
+// unpricedMetricError is the UnpricedMetricError of quantity event ev,
+// whose period was found open.
+func unpricedMetricError(ev *preparedEvent) *UnpricedMetricError {
+	where := fmt.Sprintf("period %s of customer %s", ev.periodBound.Label, ev.CustomerID)
+	var detail string
+	if ev.periodPlan.ID == nil {
+		detail = fmt.Sprintf("metric %q has no price: %s has no plan (its customer had none when it opened), so "+
+			"Tally cannot price a quantity in it. Send this event with amount_cents (the amount you priced) instead "+
+			"of quantity; to have Tally price %q, put the customer on a plan that prices it (PUT /v1/customers/%s "+
+			"with \"plan_id\"), which applies from the customer's next period",
+			ev.Metric, where, ev.Metric, ev.CustomerID)
+	} else {
+		plan := *ev.periodPlan.ID
+		detail = fmt.Sprintf("metric %q has no price in version %d of plan %s, which prices %s. Send this event "+
+			"with amount_cents (the amount you priced) instead of quantity, or check the metric's name; to have "+
+			"Tally price %q, put a price for it in plan %s (PUT /v1/plans/%s), which applies from the customer's "+
+			"next period", ev.Metric, *ev.periodPlan.Version, plan, where, ev.Metric, plan, plan)
+	}
+	return &UnpricedMetricError{Metric: ev.Metric, Detail: detail}
+}
+
+const usageEventColumns = `id, customer_id, event_id, period, coalesce(amount_cents, 0), currency, quantity::text,
+       metric, properties, occurred_at, received_at, payload_hash`
 
 func scanUsageEvent(row pgx.Row) (storedEvent, error) {
 	var e UsageEvent
 	var hash []byte
+	var quantity *string
 	err := row.Scan(&e.ID, &e.CustomerID, &e.EventID, &e.Period, &e.AmountCents, &e.Currency,
-		&e.Quantity, &e.Metric, &e.Properties, &e.OccurredAt, &e.ReceivedAt, &hash)
+		&quantity, &e.Metric, &e.Properties, &e.OccurredAt, &e.ReceivedAt, &hash)
 	if err != nil {
 		return storedEvent{}, err
 	}
+	if quantity != nil {
+		if e.Quantity, err = quantityOf(*quantity); err != nil {
+			return storedEvent{}, err
+		}
+	}
 	return storedEvent{event: &e, hash: hash}, nil
+}
+
+// quantityOf returns the decimal whose text is s: a quantity as stored
+// (numeric's text), or as ingest stores it (canonical). Both spell a
+// quantity the same way, so an event answers the same whether just stored
+// or read back.
+func quantityOf(s string) (*apd.Decimal, error) {
+	d, _, err := apd.NewFromString(s)
+	if err != nil {
+		return nil, fmt.Errorf("error reading quantity %q: %w", s, err)
+	}
+	return d, nil
+}
+
+// amountOrNull is a pre-priced event's amount, nil (NULL) for a quantity
+// event.
+func amountOrNull(ev *preparedEvent) *int64 {
+	if ev.AmountCents == 0 {
+		return nil
+	}
+	return &ev.AmountCents
+}
+
+// orNull is s, nil (NULL) when empty.
+func orNull(s *string) *string {
+	if *s == "" {
+		return nil
+	}
+	return s
 }
 
 // usageEventsFind returns the stored events among events' (customer, event_id).
@@ -407,25 +531,22 @@ func usageEventsInsert(ctx context.Context, tx *Tx, now time.Time, events []*pre
 	n := len(events)
 	var (
 		customers, ids, periods, currencies, properties = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		amounts                                         = make([]int64, n)
-		quantities                                      = make([]*int64, n)
-		metrics                                         = make([]*string, n)
+		amounts                                         = make([]*int64, n)
+		quantities, metrics                             = make([]*string, n), make([]*string, n)
 		occurred                                        = make([]time.Time, n)
 		hashes                                          = make([][]byte, n)
 	)
 	for i, ev := range events {
 		customers[i], ids[i], periods[i], currencies[i] = ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.periodCurrency
-		amounts[i], quantities[i], properties[i], occurred[i], hashes[i] = ev.AmountCents, ev.Quantity, string(ev.properties), ev.occurredAt, ev.hash
-		if ev.Metric != "" {
-			metrics[i] = &ev.Metric
-		}
+		amounts[i], quantities[i], metrics[i] = amountOrNull(ev), orNull(&ev.quantity), orNull(&ev.Metric)
+		properties[i], occurred[i], hashes[i] = string(ev.properties), ev.occurredAt, ev.hash
 	}
 	rows, err := tx.Query(ctx, `
 INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
                                   metric, properties, occurred_at, received_at, payload_hash)
-SELECT customer_id, event_id, period, amount_cents, currency, quantity, metric, properties::jsonb,
+SELECT customer_id, event_id, period, amount_cents, currency, quantity::numeric, metric, properties::jsonb,
        occurred_at, $10, payload_hash
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[],
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
             $8::text[], $9::timestamptz[], $11::bytea[])
      WITH ORDINALITY AS e (customer_id, event_id, period, amount_cents, currency, quantity, metric,
                            properties, occurred_at, payload_hash, n)
@@ -455,11 +576,18 @@ RETURNING customer_id, event_id, id, properties`, planFresh,
 			return fmt.Errorf("inserted %s/%s, which the batch does not hold", k.customerID, k.eventID)
 		}
 		e := &UsageEvent{ID: id, CustomerID: ev.CustomerID, EventID: ev.EventID, Period: ev.periodBound.Label,
-			AmountCents: ev.AmountCents, Currency: ev.periodCurrency, Quantity: ev.Quantity,
+			AmountCents: ev.AmountCents, Currency: ev.periodCurrency,
 			Properties: append(json.RawMessage(nil), props...), OccurredAt: ev.occurredAt, ReceivedAt: now}
 		if ev.Metric != "" {
 			metric := ev.Metric
 			e.Metric = &metric
+		}
+		if ev.quantity != "" {
+			q, err := quantityOf(ev.quantity)
+			if err != nil {
+				return err
+			}
+			e.Quantity = q
 		}
 		inserted[k] = e
 		return nil
@@ -479,13 +607,16 @@ RETURNING customer_id, event_id, id, properties`, planFresh,
 // found by its primary key alone and its status checked after the lock, so
 // the plan is an index lookup of one row whatever the statistics say (with
 // status and closes_at in the lookup, a planner without statistics picks the
-// partial index of open periods and filters every open period). Inserting
+// partial index of open periods and filters every open period). A quantity
+// event ($6 not null) is inserted only when the period's plan version prices
+// its metric, a look-up by key in billing.plan_prices; a pre-priced event
+// never makes it (OR stops at its first true argument). Inserting
 // only from the period's row, it marks itself (tally.event_period_held) so
 // that the check that every event's period exists skips it (migration 00018):
 // the value is this statement's alone, its transaction and start time.
 const usageEventInsertOpenSQL = `
 WITH p AS MATERIALIZED (
-  SELECT currency, status, closes_at,
+  SELECT currency, status, closes_at, plan_id, plan_version,
          set_config('tally.event_period_held', pg_current_xact_id()::text || '@' || statement_timestamp()::text, true)
   FROM billing.periods
   WHERE customer_id = $1 AND period = $3
@@ -493,8 +624,10 @@ WITH p AS MATERIALIZED (
 )
 INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
                                   metric, properties, occurred_at, received_at, payload_hash)
-SELECT $1, $2, $3, $4, p.currency, $6, $7, $8, $9, $10, $11 FROM p
+SELECT $1, $2, $3, $4, p.currency, $6::text::numeric, $7, $8, $9, $10, $11 FROM p
 WHERE p.status = 'open' AND p.closes_at > $10 AND ($5::text = '' OR $5::text = p.currency)
+  AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM billing.plan_prices pp
+                                   WHERE pp.plan_id = p.plan_id AND pp.version = p.plan_version AND pp.metric = $7))
 ON CONFLICT (customer_id, event_id) DO NOTHING
 RETURNING ` + usageEventColumns
 
@@ -505,13 +638,9 @@ func usageEventInsertOpen(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, now time.Time, ev *preparedEvent,
 ) (*UsageEvent, error) {
-	var metric *string
-	if ev.Metric != "" {
-		metric = &ev.Metric
-	}
 	s, err := scanUsageEvent(db.QueryRow(ctx, usageEventInsertOpenSQL,
-		ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.AmountCents, ev.Currency, ev.Quantity,
-		metric, ev.properties, ev.occurredAt, now, ev.hash))
+		ev.CustomerID, ev.EventID, ev.periodBound.Label, amountOrNull(ev), ev.Currency, orNull(&ev.quantity),
+		orNull(&ev.Metric), ev.properties, ev.occurredAt, now, ev.hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

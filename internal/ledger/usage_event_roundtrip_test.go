@@ -138,6 +138,24 @@ func TestUsageEventRoundTrips(t *testing.T) {
 		require.True(t, replay.Replay)
 		require.Equal(t, res.Event, replay.Event, "a replay answers the event as first stored")
 	})
+
+	t.Run("OneQuantityEventOneStatement", func(t *testing.T) {
+		_, _, err := b.putPlan(ctx, t, "std", planAPICalls)
+		require.NoError(t, err)
+		_, _, err = b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "metered", StripeCustomerID: "cus_m", Currency: "usd", PlanID: ptr("std")})
+		require.NoError(t, err)
+		metered := func(id string) ledger.UsageEventParams {
+			return ledger.UsageEventParams{CustomerID: "metered", EventID: id, Metric: "api_calls", Quantity: "2.5"}
+		}
+		_, err = l.UsageEventRecord(ctx, metered("first")) // creates the period
+		require.NoError(t, err)
+		counter.reset()
+		res, err := l.UsageEventRecord(ctx, metered("second"))
+		require.NoError(t, err)
+		require.False(t, res.Replay)
+		require.Equal(t, "2.5", res.Event.Quantity.Text('f'))
+		require.Equal(t, int64(1), counter.n.Load(), "statements for a new quantity event in an open period:%s", counter)
+	})
 }
 
 // A charge's first claim and the step after a look-up that found nothing
@@ -220,17 +238,20 @@ func TestNoticeReadsEndpointsAhead(t *testing.T) {
 // the batch, read back from Postgres, answers the same events.
 func TestUsageEventBatchAnswersAsStored(t *testing.T) {
 	ctx, b := setup(t, setupOpts{})
-	qty := int64(7)
+	b.Plan(t, "std", planAPICalls)
+	_, err := b.onPlan(ctx, "acme", ptr("std"))
+	require.NoError(t, err)
 	occurred := ledgertest.ClockStart.Add(-time.Hour + 123456789*time.Nanosecond)
 	batch := []ledger.UsageEventParams{
-		{CustomerID: "acme", EventID: "a", AmountCents: 100, Metric: "api_calls", Quantity: &qty,
+		{CustomerID: "acme", EventID: "a", Metric: "api_calls", Quantity: "7.50",
 			Properties: []byte(`{"z": 1, "a": [true, null, "x"], "n": 1.50}`), OccurredAt: &occurred},
 		{CustomerID: "acme", EventID: "b", AmountCents: 200, Currency: "USD"},
-		{CustomerID: "acme", EventID: "a", AmountCents: 100, Metric: "api_calls", Quantity: &qty,
+		{CustomerID: "acme", EventID: "a", Metric: "api_calls", Quantity: "7.5",
 			Properties: []byte(`{"z": 1, "a": [true, null, "x"], "n": 1.50}`), OccurredAt: &occurred},
 	}
 	created, err := b.Ledger.UsageEventRecordBatch(ctx, batch)
 	require.NoError(t, err)
+	require.Equal(t, "7.5", created[0].Event.Quantity.Text('f'))
 	require.False(t, created[0].Replay)
 	require.True(t, created[2].Replay, "the in-batch duplicate")
 	replayed, err := b.Ledger.UsageEventRecordBatch(ctx, batch)

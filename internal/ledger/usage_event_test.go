@@ -202,7 +202,7 @@ SELECT args, scheduled_at, queue FROM river.river_job WHERE kind = 'charge_perio
 			{"metric", func(p *ledger.UsageEventParams) { p.Metric = "m\x00" }},
 			{"occurred_at", func(p *ledger.UsageEventParams) { p.OccurredAt = &future }},
 			{"properties", func(p *ledger.UsageEventParams) { p.Properties = json.RawMessage(`[1,2]`) }},
-			{"quantity", func(p *ledger.UsageEventParams) { q := int64(-1); p.Quantity = &q }},
+			{"quantity", func(p *ledger.UsageEventParams) { p.AmountCents, p.Quantity = 0, "-1" }},
 		}
 		for _, tc := range cases {
 			ev := event("bad", 100)
