@@ -6,37 +6,51 @@ import (
 	"time"
 )
 
-// chargeCreateTx sums the closed period, whose currency is currency, and
-// inserts its charge.
+// chargeCreateTx rates the closed period, whose currency is currency, into
+// lines (charge_line.go) and inserts its charge, whose amount is their sum,
+// with them.
 func chargeCreateTx(ctx context.Context, tx *Tx, p PeriodCloseParams, namespace, currency string, now time.Time) (*Charge, error) {
-	// Earlier charges carried forward (below Stripe's minimum) are billed
-	// with this one: read (and locked) with the sum, in its round trip.
+	// The events, and earlier charges carried forward (below Stripe's
+	// minimum), which are billed with this one: read (and locked) with the
+	// period's row, in its round trip.
+	usage := periodUsageTx(tx, p.CustomerID, p.Period)
 	carriedIn := chargeCarriedInTx(tx, p.CustomerID, currency)
-	var count, total int64
 	var stripeCustomer string
 	var paymentMethod *string
 	var startsAt time.Time
+	var plan periodPlan
+	var planID *string
+	var planVersion *int32
 	err := tx.QueryRow(ctx, `
-SELECT count(e.id), coalesce(sum(e.amount_cents), 0)::bigint, p.starts_at,
-       c.stripe_customer_id, c.stripe_payment_method_id
+SELECT p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id, p.plan_id, p.plan_version, v.price_book
 FROM billing.periods p
 JOIN billing.customers c ON c.customer_id = p.customer_id
-LEFT JOIN billing.usage_events e ON e.customer_id = p.customer_id AND e.period = p.period
-WHERE p.customer_id = $1 AND p.period = $2
-GROUP BY p.starts_at, c.stripe_customer_id, c.stripe_payment_method_id`,
-		p.CustomerID, p.Period).Scan(&count, &total, &startsAt, &stripeCustomer, &paymentMethod)
+LEFT JOIN billing.plan_versions v ON v.plan_id = p.plan_id AND v.version = p.plan_version
+WHERE p.customer_id = $1 AND p.period = $2`,
+		p.CustomerID, p.Period).Scan(&startsAt, &stripeCustomer, &paymentMethod, &planID, &planVersion, &plan.book)
 	if err != nil {
-		return nil, fmt.Errorf("error summing period: %w", err)
+		return nil, fmt.Errorf("error reading period: %w", err)
 	}
-	in, err := carriedIn.get(ctx) // read with the sum
+	if planID != nil && planVersion != nil {
+		plan.id, plan.version = *planID, *planVersion
+	}
+	u, err := usage.get(ctx) // read with the period
+	if err != nil {
+		return nil, err
+	}
+	in, err := carriedIn.get(ctx)
 	if err != nil {
 		return nil, err
 	}
 	carriedIDs, carried := in.ids, in.total
+	lines, total, err := rateLines(u, plan, carried)
+	if err != nil {
+		return nil, fmt.Errorf("error rating period: %w", err)
+	}
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending
-	if total+carried == 0 && !p.paidOnStripe {
+	if total == 0 && !p.paidOnStripe {
 		status = ChargeSkipped
 	}
 	charge, err := scanCharge(tx.QueryRow(ctx, `
@@ -45,13 +59,19 @@ INSERT INTO billing.charges (customer_id, period, status, amount_cents, currency
                              period_starts_at, carried_in_cents, key_namespace, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14)
 RETURNING `+chargeColumns,
-		p.CustomerID, p.Period, status, total+carried, currency, count, stripeCustomer, paymentMethod,
+		p.CustomerID, p.Period, status, total, currency, u.events, stripeCustomer, paymentMethod,
 		ChargeKey(namespace, p.CustomerID, p.Period), ChargeIdempotencyKey(namespace, p.CustomerID, p.Period, 0),
 		startsAt, carried, namespace, now))
 	if err != nil {
 		return nil, fmt.Errorf("error creating charge: %w", err)
 	}
-	reason := fmt.Sprintf("closed with %d events totalling %d %s", count, total, currency)
+	if err := chargeLinesInsertTx(tx, charge.ID, lines, now); err != nil {
+		return nil, err
+	}
+	reason := fmt.Sprintf("closed with %d events totalling %d %s", u.events, total-carried, currency)
+	if len(u.metrics) > 0 {
+		reason += fmt.Sprintf(" (%d metrics rated with version %d of plan %s)", len(u.metrics), plan.version, plan.id)
+	}
 	if carried > 0 {
 		reason += fmt.Sprintf(", plus %d carried from charges %v", carried, carriedIDs)
 	}

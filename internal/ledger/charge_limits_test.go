@@ -55,6 +55,8 @@ func TestChargeLimits(t *testing.T) {
 		require.Equal(t, int64(130), dec.AmountCents)
 		require.Equal(t, int64(30), dec.CarriedInCents)
 		require.Equal(t, int64(1), dec.EventCount, "its own events")
+		requireLines(t, ctx, b, dec, []lineWant{
+			{kind: ledger.ChargeLinePrePriced, events: 1, amount: 100}, {kind: ledger.ChargeLineCarried, amount: 30}})
 		got, err = b.Ledger.ChargeGet(ctx, nov.ID)
 		require.NoError(t, err)
 		require.Equal(t, dec.ID, *got.CarriedInto)

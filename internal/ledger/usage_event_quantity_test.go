@@ -66,7 +66,7 @@ func TestUsageEventQuantity(t *testing.T) {
 		require.Zero(t, b.eventCount(t))
 	})
 
-	t.Run("CloseCountsNoCentsForThem", func(t *testing.T) {
+	t.Run("CloseRatesThem", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
 		b.onStd(ctx, t)
@@ -80,7 +80,7 @@ func TestUsageEventQuantity(t *testing.T) {
 		require.Equal(t, int64(250), p.TotalCents)
 		c, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "acme", Period: "2026-11", Actor: "job:1/1"})
 		require.NoError(t, err)
-		require.Equal(t, int64(250), c.AmountCents, "rating at the close is not built: a quantity adds nothing yet")
+		require.Equal(t, int64(250+500), c.AmountCents, "250 as sent, and 1000 api_calls at 0.5")
 		require.Equal(t, int64(2), c.EventCount)
 		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.reconciliation`))
 	})

@@ -1,0 +1,87 @@
+package sql_test
+
+import (
+	"context"
+	"database/sql"
+	"io/fs"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	tallysql "github.com/tally-billing/tally/sql"
+
+	"github.com/tally-billing/tally/internal/tools/testdb"
+)
+
+// migrateTo applies the migrations up to version on the database at url.
+func migrateTo(ctx context.Context, t *testing.T, url string, version int64) {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS billing`)
+	require.NoError(t, err)
+	fsys, err := fs.Sub(tallysql.Migrations, "migrations")
+	require.NoError(t, err)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName("billing.goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, version)
+	require.NoError(t, err)
+}
+
+// Migration 00025 gives every charge made before it its lines, so that a
+// charge is the sum of its lines whenever it was made, and the
+// reconciliation holds every charge to them.
+func TestMigration00025ChargeLines(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testdb.NewEmpty(t)
+	migrateTo(ctx, t, url, 24)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+VALUES ('acme', 'cus_1', 'usd', now(), now());
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at, status, closed_at)
+SELECT 'acme', p, 'usd', now() - interval '1 day', now(), now(), now(), 'closed', now() FROM unnest(ARRAY['p1', 'p2', 'p3', 'p4']) AS p;
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
+VALUES ('acme', 'e1', 'p1', 30, 'usd', now(), now(), convert_to(repeat('h', 32), 'UTF8')), ('acme', 'e2', 'p2', 500, 'usd', now(), now(), convert_to(repeat('h', 32), 'UTF8')),
+       ('acme', 'e3', 'p2', 700, 'usd', now(), now(), convert_to(repeat('h', 32), 'UTF8'));
+-- p1: 30 cents, carried forward; p2: 1200 cents of events plus the 30
+-- carried in; p3: no events (skipped); p4: nothing but a carried amount.
+INSERT INTO billing.charges (id, customer_id, period, status, amount_cents, currency, event_count, stripe_customer_id,
+                             charge_key, idempotency_key, created_at, updated_at, period_starts_at, carried_in_cents)
+OVERRIDING SYSTEM VALUE
+VALUES (1, 'acme', 'p1', 'carried_forward', 30, 'usd', 1, 'cus_1', 'k1', 'i1', now(), now(), now(), 0),
+       (2, 'acme', 'p2', 'pending', 1230, 'usd', 2, 'cus_1', 'k2', 'i2', now(), now(), now(), 30),
+       (3, 'acme', 'p3', 'skipped', 0, 'usd', 0, 'cus_1', 'k3', 'i3', now(), now(), now(), 0),
+       (4, 'acme', 'p4', 'pending', 60, 'usd', 0, 'cus_1', 'k4', 'i4', now(), now(), now(), 60);
+UPDATE billing.charges SET carried_into = 2 WHERE id = 1`)
+	require.NoError(t, err)
+
+	migrateTo(ctx, t, url, 25)
+	rows, err := conn.Query(ctx, `SELECT charge_id, line, kind, event_count, amount_cents FROM billing.charge_lines ORDER BY 1, 2`)
+	require.NoError(t, err)
+	type line struct {
+		Charge, Line int64
+		Kind         string
+		Events       int64
+		Amount       int64
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowToStructByPos[line])
+	require.NoError(t, err)
+	require.Equal(t, []line{
+		{1, 1, "pre_priced", 1, 30},
+		{2, 1, "pre_priced", 2, 1200}, {2, 2, "carried", 0, 30},
+		{4, 1, "carried", 0, 60},
+	}, lines)
+	var disagreements int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM billing.reconciliation`).Scan(&disagreements))
+	require.Zero(t, disagreements, "every charge made before agrees with its lines")
+}
