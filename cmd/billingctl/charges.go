@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 // Held charges and the kill switch: charges list/show/approve/cancel/resolve
@@ -198,6 +199,10 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 	if err != nil {
 		return err
 	}
+	lines, err := l.ChargeLines(ctx, id)
+	if err != nil {
+		return err
+	}
 
 	fmt.Fprintf(stdout, "charge %d  %s/%s  %s\n", c.ID, c.CustomerID, c.Period, c.Status)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -246,6 +251,11 @@ func chargeShow(ctx context.Context, l *ledger.Ledger, args []string, stdout, st
 	row("created:", "%s, updated %s", c.CreatedAt.UTC().Format(time.RFC3339), c.UpdatedAt.UTC().Format(time.RFC3339))
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+
+	fmt.Fprintf(stdout, "\nlines (the amount is their sum): %d\n", len(lines))
+	for _, li := range lines {
+		fmt.Fprintf(stdout, "  #%d %s\n", li.Line, lineText(li, c.Currency))
 	}
 
 	fmt.Fprintf(stdout, "\nattempts (Stripe calls): %d\n", len(attempts))
@@ -502,4 +512,28 @@ func orDash[T ~string](s *T) string {
 		return "-"
 	}
 	return string(*s)
+}
+
+// lineText is one line of a charge as charges show prints it.
+func lineText(li ledger.ChargeLine, currency string) string {
+	switch u := li.Usage; {
+	case li.Kind == ledger.ChargeLineCarried:
+		return fmt.Sprintf("carried     %d %s from earlier charges", li.AmountCents, currency)
+	case u == nil:
+		return fmt.Sprintf("pre-priced  %d events  %d %s", li.EventCount, li.AmountCents, currency)
+	default:
+		text := fmt.Sprintf("usage       %s  %s (%d events)  plan %s v%d %s", u.Metric, u.Rated.Quantity.Text('f'),
+			li.EventCount, u.PlanID, u.PlanVersion, u.Rated.Model)
+		for _, t := range u.Rated.Tiers {
+			text += fmt.Sprintf("  [tier %d: %s × %s + %s]", t.Tier+1, t.Quantity.Text('f'), t.UnitAmount.Text('f'),
+				t.FlatAmount.Text('f'))
+		}
+		if u.Rated.Model == pricing.ModelPackage {
+			text += fmt.Sprintf("  [%s packages]", u.Rated.Packages.Text('f'))
+		}
+		if u.Rated.MinimumApplied {
+			text += "  [minimum]"
+		}
+		return text + fmt.Sprintf("  %s → %d %s", li.ExactAmount.Text('f'), li.AmountCents, currency)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 	"github.com/tally-billing/tally/internal/tools/ledgertest"
 )
 
@@ -363,6 +364,7 @@ func TestCharges(t *testing.T) {
 			"amount:", "500 usd (1 events)",
 			"requires_capture",
 			"approved:", "look-up:",
+			"lines (the amount is their sum): 1\n", "#1 pre-priced  1 events  500 usd\n",
 			"attempts (Stripe calls): 1\n",
 			"#1 gen 0", "unknown  http 500  req_1  error api_error: upstream timeout  (job 7)",
 			"transitions: 4\n",
@@ -555,4 +557,22 @@ func TestCLIActor(t *testing.T) {
 	} {
 		require.Equal(t, tt.want, cliActorFrom(tt.current, env(tt.user)), tt.name)
 	}
+}
+
+// A usage line names its metric, quantity, plan version and model, the
+// tiers it reached, and its exact amount beside the rounded one.
+func TestLineText(t *testing.T) {
+	plan, err := pricing.ParsePlan([]byte(`{"currency":"usd","prices":{"api_calls":{"model":"graduated","tiers":[` +
+		`{"up_to":"1000","unit_amount":"0.5"},{"up_to":null,"unit_amount":"0.1","flat_amount":"10"}]}}}`))
+	require.NoError(t, err)
+	q, err := pricing.ParseQuantity("1200.5")
+	require.NoError(t, err)
+	rated, err := pricing.Rate(plan.Prices["api_calls"], q)
+	require.NoError(t, err)
+	li := ledger.ChargeLine{Line: 1, Kind: ledger.ChargeLineUsage, EventCount: 2, ExactAmount: rated.Exact, AmountCents: rated.Amount,
+		Usage: &ledger.UsageRating{Metric: "api_calls", PlanID: "std", PlanVersion: 3, Rated: rated}}
+	require.Equal(t, "usage       api_calls  1200.5 (2 events)  plan std v3 graduated  [tier 1: 1000 × 0.5 + 0]"+
+		"  [tier 2: 200.5 × 0.1 + 10]  530.05 → 530 usd", lineText(li, "usd"))
+	require.Equal(t, "carried     30 usd from earlier charges",
+		lineText(ledger.ChargeLine{Kind: ledger.ChargeLineCarried, AmountCents: 30}, "usd"))
 }
