@@ -47,7 +47,7 @@ func TestPlanPut(t *testing.T) {
 			`DELETE FROM billing.plan_versions`,
 			`UPDATE billing.plan_prices SET model = 'volume'`,
 			`DELETE FROM billing.plan_prices`,
-			`TRUNCATE billing.plan_prices`,
+			`TRUNCATE billing.plan_prices CASCADE`, // (charge_lines refers to it)
 		} {
 			_, err := b.Pool.Exec(ctx, stmt)
 			require.ErrorContains(t, err, "append-only", stmt)
