@@ -107,7 +107,7 @@ func periodUsageTx(tx *Tx, customerID, period string) *later[periodUsage] {
 	}, `
 SELECT CASE WHEN amount_cents IS NULL THEN metric END, count(*),
        coalesce(sum(amount_cents), 0)::bigint, sum(quantity) FILTER (WHERE amount_cents IS NULL)::text
-FROM billing.usage_events
+FROM billing.usage_events_counted
 WHERE customer_id = $1 AND period = $2
 GROUP BY 1
 ORDER BY 1 NULLS FIRST`, customerID, period)

@@ -114,9 +114,9 @@ type Period struct {
 const periodSelectSQL = `
 SELECT p.customer_id, p.period, p.currency, p.status, p.starts_at, p.ends_at, p.closes_at,
        p.closed_at, p.charge_job_id, p.plan_id, p.plan_version,
-       (SELECT count(*) FROM billing.usage_events e
+       (SELECT count(*) FROM billing.usage_events_counted e
          WHERE e.customer_id = p.customer_id AND e.period = p.period),
-       (SELECT coalesce(sum(e.amount_cents), 0)::bigint FROM billing.usage_events e
+       (SELECT coalesce(sum(e.amount_cents), 0)::bigint FROM billing.usage_events_counted e
          WHERE e.customer_id = p.customer_id AND e.period = p.period),
        c.id, c.status
 FROM billing.periods p

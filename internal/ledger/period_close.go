@@ -193,7 +193,7 @@ SELECT coalesce(ch.stripe_customer_id, cu.stripe_customer_id),
             ELSE ch.stripe_payment_method_id IS NULL AND ch.generation_first_attempted_at IS NULL
                  AND ch.status IN ('pending', 'unknown') END,
        CASE WHEN ch.id IS NULL THEN p.period IS NOT NULL
-                 AND EXISTS (SELECT 1 FROM billing.usage_events e WHERE e.customer_id = $1 AND e.period = $2)
+                 AND EXISTS (SELECT 1 FROM billing.usage_events_counted e WHERE e.customer_id = $1 AND e.period = $2)
             ELSE ch.generation_first_attempted_at IS NULL AND NOT ch.lookup_required
                  AND ch.status IN ('pending', 'unknown') END,
        ch.charge_key, coalesce(ch.key_namespace, ''), coalesce(ch.period_starts_at, p.starts_at)

@@ -99,7 +99,7 @@ open AS (
 ),
 total AS (
     SELECT p.customer_id, p.period, p.currency,
-           (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events e
+           (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events_counted e
             WHERE e.customer_id = p.customer_id AND e.period = p.period)::bigint AS total_cents
     FROM (SELECT DISTINCT customer_id, period FROM open) o
     JOIN billing.periods p ON p.customer_id = o.customer_id AND p.period = o.period

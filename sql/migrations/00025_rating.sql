@@ -1,4 +1,12 @@
--- What a charge is made of (GitHub issue 24). The close rates its period
+-- Corrections and what a charge is made of (GitHub issue 24).
+--
+-- A usage event is voided, while its period is open, by a row in
+-- billing.usage_event_voids: the event stays as it was, and every sum nets
+-- it out (billing.usage_events_counted is the events not voided; the close,
+-- the views and the API count those). A void is attributed and
+-- append-only, like the event.
+--
+-- The close rates its period
 -- into lines, in the transaction that creates the charge, and the charge's
 -- amount is their sum:
 --   usage       one per metric of the period's quantity events: the net
@@ -12,9 +20,59 @@
 --
 -- Charges created before this migration get their lines here, from what
 -- they recorded: a pre_priced line (amount less what was carried in) and a
--- carried line. They had no quantity events.
+-- carried line. They had no quantity events and no voids.
 
 -- +goose Up
+CREATE TABLE billing.usage_event_voids (
+    customer_id text        NOT NULL,
+    event_id    text        NOT NULL,
+    period      text        NOT NULL,
+    reason      text        NOT NULL CHECK (octet_length(reason) BETWEEN 1 AND 500),
+    voided_by   text        NOT NULL CHECK (voided_by <> ''),
+    voided_at   timestamptz NOT NULL,
+    PRIMARY KEY (customer_id, event_id),
+    FOREIGN KEY (customer_id, event_id) REFERENCES billing.usage_events (customer_id, event_id),
+    FOREIGN KEY (customer_id, period) REFERENCES billing.periods (customer_id, period)
+);
+
+COMMENT ON TABLE billing.usage_event_voids IS
+    'Usage events voided (POST /v1/usage-events/void) while their period was open: the event stays in '
+    'billing.usage_events and counts in no sum. One per event; append-only.';
+COMMENT ON COLUMN billing.usage_event_voids.voided_by IS
+    'Who voided it: operator:<key name>/<key prefix> (an API key) or cli:<os user>.';
+
+CREATE TRIGGER usage_event_voids_append_only
+    BEFORE UPDATE OR DELETE ON billing.usage_event_voids
+    FOR EACH ROW EXECUTE FUNCTION billing.reject_mutation();
+CREATE TRIGGER usage_event_voids_no_truncate
+    BEFORE TRUNCATE ON billing.usage_event_voids
+    FOR EACH STATEMENT EXECUTE FUNCTION billing.reject_mutation();
+
+CREATE VIEW billing.usage_events_counted AS
+SELECT e.id, e.customer_id, e.event_id, e.period, e.amount_cents, e.currency, e.quantity, e.metric, e.properties,
+       e.occurred_at, e.received_at
+FROM billing.usage_events e
+WHERE NOT EXISTS (SELECT 1 FROM billing.usage_event_voids v WHERE v.customer_id = e.customer_id AND v.event_id = e.event_id);
+
+COMMENT ON VIEW billing.usage_events_counted IS
+    'The usage events that count: every event not voided. Sums of usage read this, not billing.usage_events.';
+
+CREATE OR REPLACE VIEW billing.period_totals AS
+SELECT p.customer_id, p.period, p.currency, p.status AS period_status, p.starts_at, p.ends_at, p.closes_at,
+       p.closed_at, coalesce(t.event_count, 0) AS event_count, coalesce(t.total_cents, 0)::bigint AS total_cents,
+       c.id AS charge_id, c.status AS charge_status, c.amount_cents AS charge_amount_cents, c.carried_in_cents
+FROM billing.periods p
+LEFT JOIN LATERAL (
+    SELECT count(*) AS event_count, sum(e.amount_cents) AS total_cents
+    FROM billing.usage_events_counted e
+    WHERE e.customer_id = p.customer_id AND e.period = p.period
+) t ON true
+LEFT JOIN billing.charges c ON c.customer_id = p.customer_id AND c.period = p.period;
+
+COMMENT ON VIEW billing.period_totals IS
+    'One row per (customer, period): its events'' count and pre-priced total (voided events left out), and its '
+    'charge''s status and amount once closed.';
+
 CREATE TABLE billing.charge_lines (
     charge_id       bigint      NOT NULL REFERENCES billing.charges (id),
     line            integer     NOT NULL CHECK (line >= 1),
@@ -92,12 +150,12 @@ COMMENT ON VIEW billing.charge_line_items IS
 -- amount, its pre_priced line its events'' amounts, its carried line what it
 -- carried in, and each usage line''s quantity its metric''s quantity events.
 -- events_cents stays the pre-priced events'' total; rated_cents (new, last)
--- is the usage lines''.
+-- is the usage lines''. Voided events count in none of it.
 CREATE OR REPLACE VIEW billing.reconciliation AS
 WITH charge AS (
     SELECT c.id, c.customer_id, c.period, c.status, c.currency, c.amount_cents, c.carried_in_cents,
            c.stripe_payment_intent_id,
-           (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events e
+           (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events_counted e
              WHERE e.customer_id = c.customer_id AND e.period = c.period)::bigint AS events_cents,
            (SELECT (s.payload -> 'data' -> 'object' ->> 'amount_received')::bigint FROM billing.stripe_events s
              WHERE s.type LIKE 'payment_intent.%' AND s.type = 'payment_intent.succeeded'
@@ -108,11 +166,11 @@ WITH charge AS (
                SELECT 1 FROM billing.charge_lines u
                WHERE u.charge_id = c.id AND u.kind = 'usage'
                  AND u.quantity IS DISTINCT FROM (
-                     SELECT sum(e.quantity) FROM billing.usage_events e
+                     SELECT sum(e.quantity) FROM billing.usage_events_counted e
                      WHERE e.customer_id = c.customer_id AND e.period = c.period
                        AND e.amount_cents IS NULL AND e.metric = u.metric)
            ) OR EXISTS (
-               SELECT 1 FROM billing.usage_events e
+               SELECT 1 FROM billing.usage_events_counted e
                WHERE e.customer_id = c.customer_id AND e.period = c.period AND e.amount_cents IS NULL
                  AND NOT EXISTS (SELECT 1 FROM billing.charge_lines u
                                  WHERE u.charge_id = c.id AND u.kind = 'usage' AND u.metric = e.metric)
@@ -138,7 +196,7 @@ WHERE lines_cents <> amount_cents OR pre_priced_cents <> events_cents OR carried
    OR (status = 'succeeded' AND stripe_received_cents IS NOT NULL AND stripe_received_cents <> amount_cents)
 UNION ALL
 SELECT NULL, p.customer_id, p.period, p.status, p.currency,
-       (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events e
+       (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.usage_events_counted e
          WHERE e.customer_id = p.customer_id AND e.period = p.period)::bigint, 0, NULL, NULL, NULL,
        'closed_period_without_charge', NULL
 FROM billing.periods p
@@ -155,7 +213,8 @@ COMMENT ON VIEW billing.reconciliation IS
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'tally_readonly') THEN
-        GRANT SELECT ON billing.charge_lines, billing.charge_line_items TO tally_readonly;
+        GRANT SELECT ON billing.usage_event_voids, billing.usage_events_counted, billing.charge_lines,
+            billing.charge_line_items TO tally_readonly;
     END IF;
 END
 $$;
@@ -205,3 +264,18 @@ $$;
 -- +goose StatementEnd
 DROP VIEW billing.charge_line_items;
 DROP TABLE billing.charge_lines;
+CREATE OR REPLACE VIEW billing.period_totals AS
+SELECT p.customer_id, p.period, p.currency, p.status AS period_status, p.starts_at, p.ends_at, p.closes_at,
+       p.closed_at, coalesce(t.event_count, 0) AS event_count, coalesce(t.total_cents, 0)::bigint AS total_cents,
+       c.id AS charge_id, c.status AS charge_status, c.amount_cents AS charge_amount_cents, c.carried_in_cents
+FROM billing.periods p
+LEFT JOIN LATERAL (
+    SELECT count(*) AS event_count, sum(e.amount_cents) AS total_cents
+    FROM billing.usage_events e
+    WHERE e.customer_id = p.customer_id AND e.period = p.period
+) t ON true
+LEFT JOIN billing.charges c ON c.customer_id = p.customer_id AND c.period = p.period;
+COMMENT ON VIEW billing.period_totals IS
+    'One row per (customer, period): its events'' count and total, and its charge''s status and amount once closed.';
+DROP VIEW billing.usage_events_counted;
+DROP TABLE billing.usage_event_voids;
