@@ -177,8 +177,8 @@ func rateLines(u periodUsage, plan periodPlan, carried int64) ([]ChargeLine, int
 	return lines, total, nil
 }
 
-// tierJSON is one tier of a line as billing.charge_lines.tiers and the API
-// show it: decimals as strings, exact.
+// tierJSON is one tier of a line as billing.charge_lines.tiers holds it:
+// the tier's number in the price (from 1), decimals as strings, exact.
 type tierJSON struct {
 	Tier       int    `json:"tier"`
 	Quantity   string `json:"quantity"`
@@ -236,7 +236,7 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 		if r.Tiers != nil {
 			ts := make([]tierJSON, len(r.Tiers))
 			for j, t := range r.Tiers {
-				ts[j] = tierJSON{Tier: t.Tier, Quantity: decimalText(&t.Quantity), UnitAmount: decimalText(&t.UnitAmount),
+				ts[j] = tierJSON{Tier: t.Tier + 1, Quantity: decimalText(&t.Quantity), UnitAmount: decimalText(&t.UnitAmount),
 					FlatAmount: decimalText(&t.FlatAmount), Amount: decimalText(&t.Amount)}
 			}
 			b, err := json.Marshal(ts)
@@ -318,7 +318,7 @@ func scanChargeLine(row pgx.CollectableRow) (ChargeLine, error) {
 		}
 		u.Rated.Tiers = make([]pricing.TierLine, len(ts))
 		for i, t := range ts {
-			tl := pricing.TierLine{Tier: t.Tier}
+			tl := pricing.TierLine{Tier: t.Tier - 1}
 			for _, f := range []struct {
 				d *apd.Decimal
 				s string

@@ -119,7 +119,10 @@ func TestChargeLines(t *testing.T) {
 		require.Equal(t, "500", api.Rated.Tiers[0].Amount.Text('f'))
 		require.Equal(t, "200.5", api.Rated.Tiers[1].Quantity.Text('f'))
 		require.Equal(t, "20.05", api.Rated.Tiers[1].Amount.Text('f'))
+		require.Equal(t, []int{0, 1}, []int{api.Rated.Tiers[0].Tier, api.Rated.Tiers[1].Tier}, "indexes in Go")
 		require.Equal(t, "2", lines[1].Usage.Rated.Packages.Text('f'))
+		require.Equal(t, int64(1), b.Count(t, `SELECT (tiers -> 0 ->> 'tier')::bigint FROM billing.charge_lines WHERE line = 1`),
+			"numbers from 1 in SQL")
 
 		// Finance's view names the charge's customer, period and status.
 		require.Equal(t, int64(1020), b.Count(t, `

@@ -110,7 +110,8 @@ COMMENT ON COLUMN billing.charge_lines.quantity IS 'A usage line''s net quantity
 COMMENT ON COLUMN billing.charge_lines.event_count IS
     'The events behind the line: the metric''s quantity events (usage) or the pre-priced events (pre_priced); 0 for carried.';
 COMMENT ON COLUMN billing.charge_lines.tiers IS
-    'A graduated or volume line''s tiers: [{tier, quantity, unit_amount, flat_amount, amount}], decimals as strings, '
+    'A graduated or volume line''s tiers: [{tier (its number in the price, from 1), quantity, unit_amount, flat_amount, '
+    'amount}], decimals as strings, '
     'each tier''s amount exact (only the line''s total is rounded).';
 COMMENT ON COLUMN billing.charge_lines.packages IS 'A package line''s packages started.';
 COMMENT ON COLUMN billing.charge_lines.subtotal IS 'A usage line''s exact amount under its model, before the minimum.';
