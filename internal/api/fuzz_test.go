@@ -27,6 +27,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/tally-billing/tally/apispec/apispectest"
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/pricing"
 )
@@ -104,7 +105,7 @@ func fuzzServe(t *testing.T, h http.Handler, path string, body []byte, header ht
 		req.Header[k] = v
 	}
 	if !fuzzing() {
-		h = apispectest.ResponseHandler(t, withRequestID(h))
+		h = apispectest.ResponseHandler(t, httpjson.WithRequestID(h))
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -199,7 +200,7 @@ func FuzzUsageEventBatchDecode(f *testing.F) {
 				t.Fatalf("%d results for %d events (%v)", len(resp.Data), n, err)
 			}
 		case http.StatusUnprocessableEntity, http.StatusConflict:
-			var p problem
+			var p httpjson.Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 				t.Fatal(err)
 			}

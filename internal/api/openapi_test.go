@@ -139,14 +139,18 @@ func TestOpenAPI(t *testing.T) {
 }
 
 // problemCodes returns, sorted, the string literals set as code (or Code) in
-// the keyed composite literals of this package's Go files (problem,
-// decodeError), with the values of internal/ledger's Conflict… constants.
+// the keyed composite literals (httpjson.Problem, httpjson.DecodeError) of
+// the Go files of this package and of the packages below it (httpjson,
+// ingest), with the values of internal/ledger's Conflict… constants.
 func problemCodes(t *testing.T) []string {
 	t.Helper()
 	codes := map[string]bool{}
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
+	below, err := filepath.Glob(filepath.Join("*", "*.go"))
+	require.NoError(t, err)
+	files = append(files, below...)
 	files = append(files, filepath.Join("..", "ledger", "errors.go"))
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -57,4 +58,11 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l.StripeEventRecord, webhookSecret))
 
 	mux.Handle("/", handleNotFound(logger))
+}
+
+func handleNotFound(logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusNotFound, Code: "not_found",
+			Detail: "no route for " + r.Method + " " + r.URL.Path})
+	})
 }

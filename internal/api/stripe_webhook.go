@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -45,24 +46,24 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if secret == "" {
-			writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "webhooks_disabled",
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusServiceUnavailable, Code: "webhooks_disabled",
 				Detail: "this Tally has no STRIPE_WEBHOOK_SECRET; set it to the endpoint's signing secret (whsec_…)"})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimitWebhook))
 		var maxErr *http.MaxBytesError
 		if errors.As(err, &maxErr) {
-			writeError(logger, w, r, jsonError(err, bodyLimitWebhook, ""))
+			httpjson.WriteError(logger, w, r, httpjson.JSONError(err, bodyLimitWebhook, ""))
 			return
 		}
 		if err != nil {
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "malformed_body", Detail: "the body could not be read"})
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "malformed_body", Detail: "the body could not be read"})
 			return
 		}
 		if err := webhook.ValidatePayloadWithTolerance(body, r.Header.Get("Stripe-Signature"), secret, webhook.DefaultTolerance); err != nil {
 			logger.WarnContext(r.Context(), "stripe webhook refused", slog.String("error", err.Error()),
-				slog.String("request_id", requestIDFrom(r.Context())))
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "invalid_signature",
+				slog.String("request_id", httpjson.RequestIDFrom(r.Context())))
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "invalid_signature",
 				Detail: "the Stripe-Signature header does not verify with this endpoint's secret, or is older than 300 s"})
 			return
 		}
@@ -76,8 +77,8 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 			// an operator must see it.
 			logger.ErrorContext(r.Context(), "stripe webhook event cannot be stored", slog.String("error", err.Error()),
 				slog.String("event_id", strconv.QuoteToASCII(truncate(event.ID, 64))),
-				slog.String("request_id", requestIDFrom(r.Context())))
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "invalid_event",
+				slog.String("request_id", httpjson.RequestIDFrom(r.Context())))
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "invalid_event",
 				Detail: "the event is signed but cannot be stored: " + err.Error()})
 			return
 		}
@@ -86,10 +87,10 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 			CreatedAt: time.Unix(event.Created, 0).UTC(),
 		})
 		if err != nil {
-			writeInternal(logger, w, r, err)
+			httpjson.WriteInternal(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, response{Received: true, Replay: !created})
+		httpjson.Encode(w, http.StatusOK, response{Received: true, Replay: !created})
 	})
 }
 
