@@ -28,6 +28,7 @@ import (
 
 	"github.com/tally-billing/tally/apispec/apispectest"
 	"github.com/tally-billing/tally/internal/api/httpjson"
+	"github.com/tally-billing/tally/internal/api/ingest"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/pricing"
 )
@@ -141,7 +142,7 @@ func FuzzUsageEventDecode(f *testing.F) {
 		}
 		for _, body := range bodies {
 			called := false
-			h := handleUsageEventCreate(fuzzLogger, nil, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
+			h := ingest.UsageEventCreate(fuzzLogger, nil, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
 				called = true
 				return fuzzRecord(t, p)
 			})
@@ -182,7 +183,7 @@ func FuzzUsageEventBatchDecode(f *testing.F) {
 			}
 			return results, nil
 		}
-		h := handleUsageEventBatch(fuzzLogger, nil,
+		h := ingest.UsageEventBatch(fuzzLogger, nil,
 			func(_ context.Context, params []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error) {
 				return recordAll(params)
 			},
@@ -242,7 +243,7 @@ func FuzzStripeWebhook(f *testing.F) {
 			header = webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: "whsec_other", Timestamp: now}).Header
 		}
 		called := false
-		h := handleStripeWebhook(fuzzLogger, func(_ context.Context, p ledger.StripeEventParams) (bool, error) {
+		h := ingest.StripeWebhook(fuzzLogger, func(_ context.Context, p ledger.StripeEventParams) (bool, error) {
 			called = true
 			if mode != fuzzSignValid && mode != fuzzSignHeader {
 				t.Fatalf("an event signed %d reached the ledger", mode)

@@ -115,7 +115,7 @@ func TestOpenAPI(t *testing.T) {
 				require.Equal(t, r.security, security, "the security of %s in apispec/openapi.yaml", operation)
 				if r.handler != "" {
 					want := strings.ToLower(r.handler[:1]) + r.handler[1:]
-					require.Equal(t, want, op.OperationId, "the operationId of %s (handle%s in routes.go)", operation, r.handler)
+					require.Equal(t, want, op.OperationId, "the operationId of %s (served by %s in routes.go)", operation, r.handler)
 				}
 			}
 		}
@@ -196,9 +196,10 @@ type route struct {
 	// MetricsHandler; none for an open route.
 	security []string
 
-	// handler is the name of the handle… function that serves the route,
-	// without "handle" (the operationId, lower-cased first); empty for a
-	// handler of another kind (River UI's, the metrics').
+	// handler is the name of the function that serves the route: a
+	// handle… function's without "handle", or ingest's (the operationId,
+	// lower-cased first); empty for a handler of another kind (River UI's,
+	// the metrics').
 	handler string
 }
 
@@ -272,6 +273,12 @@ func routeOf(t *testing.T, fset *token.FileSet, h ast.Expr) route {
 			require.Failf(t, "unknown handler", "%s: %s: say in routeOf what it means for the document", fset.Position(call.Pos()), fun.Name)
 		}
 	case *ast.SelectorExpr:
+		if isIdent(fun.X, "ingest") {
+			// A handler of what strangers post, such as
+			// ingest.UsageEventCreate.
+			r.handler = fun.Sel.Name
+			break
+		}
 		// A method value's handler, such as o.metrics.Handler().
 	default:
 		require.Failf(t, "unknown handler", "%s", fset.Position(call.Pos()))

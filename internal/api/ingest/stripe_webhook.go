@@ -1,4 +1,4 @@
-package api
+package ingest
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ const bodyLimitWebhook = 1 << 20
 // of year 9999 (Postgres stores later times, Stripe never sends them).
 var webhookCreatedMax = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
 
-// handleStripeWebhook receives Stripe events: it verifies Stripe-Signature
+// StripeWebhook receives Stripe events: it verifies Stripe-Signature
 // with the endpoint secret (300 s tolerance), stores the event with record
 // (the ledger's StripeEventRecord: the event by its id with its processing
 // job, in one transaction), and answers 200 at once. A replayed event id
@@ -39,7 +39,7 @@ var webhookCreatedMax = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
 // logged at Error: Stripe retries it, and an operator must look. Without a
 // secret configured every event is refused with 503, so Stripe keeps
 // retrying until one is set.
-func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledger.StripeEventParams) (bool, error), secret string) http.Handler {
+func StripeWebhook(logger *slog.Logger, record func(context.Context, ledger.StripeEventParams) (bool, error), secret string) http.Handler {
 	type response struct {
 		Received bool `json:"received"`
 		Replay   bool `json:"replay"`
@@ -98,9 +98,9 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 // stored, or nil.
 func checkStripeEvent(id, typ string, created int64, payload []byte) error {
 	switch {
-	case id == "" || !validParam(id):
+	case !ledger.ValidID(id):
 		return errors.New("its id must be 1 to 255 bytes of UTF-8 text without control characters")
-	case typ == "" || !validParam(typ):
+	case !ledger.ValidID(typ):
 		return errors.New("its type must be 1 to 255 bytes of UTF-8 text without control characters")
 	case created < 0 || created > webhookCreatedMax:
 		return fmt.Errorf("its created time %d is outside years 1970 to 9999", created)

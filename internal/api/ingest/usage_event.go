@@ -1,4 +1,4 @@
-package api
+package ingest
 
 import (
 	"bytes"
@@ -110,10 +110,11 @@ func newUsageEventResponse(e *ledger.UsageEvent) usageEventResponse {
 // replayHeader marks a response that replays an already recorded event.
 const replayHeader = "Idempotent-Replayed"
 
-// handleUsageEventCreate records one event with record (the ledger's
+// UsageEventCreate records one event with record (the ledger's
 // UsageEventRecord): 201 created, 200 exact replay (same body as the first
-// answer), 409 idempotency_conflict or period_closed, 422 invalid.
-func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
+// answer), 409 idempotency_conflict or period_closed, 422 invalid. It counts
+// each event's result in m (nil: not counted).
+func UsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := httpjson.Decode[usageEventRequest](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
@@ -144,13 +145,14 @@ func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func
 	})
 }
 
-// handleUsageEventBatch records up to 1000 events all-or-nothing with record
+// UsageEventBatch records up to 1000 events all-or-nothing with record
 // (the ledger's UsageEventRecordBatch), or only checks them with check
 // (UsageEventCheckBatch) when some items could not even be decoded. On
 // success it answers 201 (200 when every event was a replay) with one result
 // per event; otherwise nothing is written and the problem lists each failing
-// index: 422 when any item is invalid, else 409.
-func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
+// index: 422 when any item is invalid, else 409. It counts the batch's size
+// and each event's result in m (nil: not counted).
+func UsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 	record func(context.Context, []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error),
 	check func(context.Context, []ledger.UsageEventParams) error,
 ) http.Handler {
