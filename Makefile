@@ -19,8 +19,8 @@ IMAGE       ?= tally
 # ("context deadline exceeded", no crasher; golang/go#75804, fixed in Go 1.27) when a
 # loaded machine starves the workers at the end. New inputs that crash land in
 # <package>/testdata/fuzz/<target>/: commit them with the fix.
-FUZZ_TARGETS     := ./internal/api:FuzzUsageEventDecode ./internal/api:FuzzUsageEventBatchDecode \
-                    ./internal/api:FuzzStripeWebhook ./internal/api/jsonobj:FuzzObjectKeys
+FUZZ_TARGETS     := ./internal/api/ingest:FuzzUsageEventDecode ./internal/api/ingest:FuzzUsageEventBatchDecode \
+                    ./internal/api/ingest:FuzzStripeWebhook ./internal/api/jsonobj:FuzzObjectKeys
 FUZZTIME         ?= 100000x
 FUZZTIME_TEST    ?= 3000x
 FUZZMINIMIZETIME ?= 10s

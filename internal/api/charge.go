@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -36,12 +37,12 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			AfterID: q.integer("starting_after", 0, 1, math.MaxInt64, "must be the next_cursor of a previous page"),
 		}
 		if err := q.err(); err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		charges, more, err := l.ChargeList(r.Context(), p)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{Data: make([]chargeResponse, 0, len(charges)), HasMore: more}
@@ -52,7 +53,7 @@ func handleChargeList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			cursor := strconv.FormatInt(charges[len(charges)-1].ID, 10)
 			resp.NextCursor = &cursor
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }
 
@@ -149,32 +150,32 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathID(r, "charge")
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		c, err := l.ChargeGet(r.Context(), id)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		attempts, transitions, err := l.ChargeHistory(r.Context(), id)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		actions, err := l.ChargeActions(r.Context(), id)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		refunds, err := l.RefundListByCharge(r.Context(), id)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		disputes, err := l.DisputeListByCharge(r.Context(), id)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{},
@@ -208,6 +209,6 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 				FundsReinstatedAt: d.FundsReinstatedAt, CreatedAt: d.StripeCreatedAt, StatusAt: d.StatusObservedAt,
 			})
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }

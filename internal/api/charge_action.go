@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -57,28 +58,28 @@ func handleChargeAction(logger *slog.Logger, act func(context.Context, ledger.Ch
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, req, err := chargeActionRequest[request](w, r)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		c, err := act(r.Context(), ledger.ChargeActionParams{ChargeID: id, Actor: actorFrom(r), Reason: req.Reason})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newChargeResponse(c))
+		httpjson.Encode(w, http.StatusOK, newChargeResponse(c))
 	})
 }
 
 // chargeActionRequest reads the request of an operator action on a charge:
 // the charge {id}, then the body decoded as a T (decode, at most
-// bodyLimitDefault bytes). It returns the first error, for writeError.
+// httpjson.BodyLimitDefault bytes). It returns the first error, for writeError.
 func chargeActionRequest[T any](w http.ResponseWriter, r *http.Request) (int64, T, error) {
 	id, err := pathID(r, "charge")
 	if err != nil {
 		var zero T
 		return 0, zero, err
 	}
-	req, err := decode[T](w, r, bodyLimitDefault)
+	req, err := httpjson.Decode[T](w, r, httpjson.BodyLimitDefault)
 	return id, req, err
 }
 
@@ -102,7 +103,7 @@ func handleChargeResolve(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, req, err := chargeActionRequest[request](w, r)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		c, err := l.ChargeResolveRequest(r.Context(), ledger.ChargeResolveRequestParams{
@@ -110,12 +111,12 @@ func handleChargeResolve(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			KeepPaymentIntent:  req.KeepPaymentIntent,
 		})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		location := "/v1/charges/" + strconv.FormatInt(c.ID, 10)
 		w.Header().Set("Location", location)
-		encode(w, http.StatusAccepted, response{
+		httpjson.Encode(w, http.StatusAccepted, response{
 			Charge:            newChargeResponse(c),
 			KeepPaymentIntent: req.KeepPaymentIntent,
 			Note: "the resolve job refunds every other succeeded PaymentIntent carrying the charge's key, then settles the charge as succeeded with " +

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -45,10 +46,10 @@ func handleChargingGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st, err := l.ChargingGet(r.Context())
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newChargingResponse(st))
+		httpjson.Encode(w, http.StatusOK, newChargingResponse(st))
 	})
 }
 
@@ -72,16 +73,16 @@ func handleChargingSet(logger *slog.Logger, set func(ctx context.Context, actor,
 		Reason string `json:"reason"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := decode[request](w, r, bodyLimitDefault)
+		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		st, err := set(r.Context(), actorFrom(r), req.Reason)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newChargingResponse(st))
+		httpjson.Encode(w, http.StatusOK, newChargingResponse(st))
 	})
 }

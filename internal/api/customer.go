@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -49,9 +50,9 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		PlanID                *string `json:"plan_id"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := decode[request](w, r, bodyLimitDefault)
+		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		c, created, err := l.CustomerPut(r.Context(), ledger.CustomerPutParams{
@@ -60,14 +61,14 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			UsageAlertThresholdsCents: req.UsageAlertThresholds, PlanID: req.PlanID,
 		})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		status := http.StatusOK
 		if created {
 			status = http.StatusCreated
 		}
-		encode(w, status, newCustomerResponse(c))
+		httpjson.Encode(w, status, newCustomerResponse(c))
 	})
 }
 
@@ -76,9 +77,9 @@ func handleCustomerGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := l.CustomerGet(r.Context(), r.PathValue("customer_id"))
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newCustomerResponse(c))
+		httpjson.Encode(w, http.StatusOK, newCustomerResponse(c))
 	})
 }

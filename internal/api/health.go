@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/tally-billing/tally/internal/api/httpjson"
 )
 
 // readyTimeout bounds one readiness check.
@@ -34,7 +36,7 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 // handleHealthz answers 200 while the process runs.
 func handleHealthz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		encode(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Encode(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 }
 
@@ -53,10 +55,10 @@ func handleReadyz(logger *slog.Logger, ready ReadyFunc) http.Handler {
 				reason = nre.Reason
 			}
 			logger.WarnContext(r.Context(), "not ready", slog.String("reason", reason), slog.String("error", err.Error()),
-				slog.String("request_id", requestIDFrom(r.Context())))
-			encode(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+				slog.String("request_id", httpjson.RequestIDFrom(r.Context())))
+			httpjson.Encode(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
 			return
 		}
-		encode(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Encode(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 }

@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,35 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/metrics"
 )
-
-type ctxKey int
-
-const ctxKeyRequestID ctxKey = 0
-
-// requestIDHeader carries the request id both ways: a client may send one
-// (printable, at most 128 bytes) and every response has one.
-const requestIDHeader = "X-Request-Id"
-
-func requestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(ctxKeyRequestID).(string)
-	return id
-}
-
-func withRequestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(requestIDHeader)
-		if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-			b := make([]byte, 12)
-			_, _ = rand.Read(b)
-			id = "req_" + hex.EncodeToString(b)
-		}
-		w.Header().Set(requestIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKeyRequestID, id)))
-	})
-}
 
 // statusRecorder remembers the status a handler wrote.
 type statusRecorder struct {
@@ -81,7 +54,7 @@ func withAccessLog(logger *slog.Logger, m *metrics.Metrics, next http.Handler) h
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", rec.status), slog.Duration("duration", took),
-			slog.String("request_id", requestIDFrom(r.Context())),
+			slog.String("request_id", httpjson.RequestIDFrom(r.Context())),
 		}
 		if holder.key != nil {
 			attrs = append(attrs, slog.String("key_prefix", holder.key.Prefix))
@@ -113,7 +86,7 @@ func withRecover(logger *slog.Logger, next http.Handler) http.Handler {
 				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(v)
 				}
-				writeInternal(logger, w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+				httpjson.WriteInternal(logger, w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -138,7 +111,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(bearerToken(r)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-metrics"`)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
 				Detail: "send the metrics token (TALLY_METRICS_TOKEN) as Authorization: Bearer <token>"})
 			return
 		}
@@ -156,18 +129,18 @@ func authorize(logger *slog.Logger, l *ledger.Ledger, w http.ResponseWriter, r *
 	key, err := l.APIKeyAuthenticate(r.Context(), secret)
 	if errors.Is(err, ledger.ErrUnauthenticated) {
 		w.Header().Set("WWW-Authenticate", challenge)
-		writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: invalidDetail})
+		httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: invalidDetail})
 		return false
 	}
 	if err != nil {
-		writeInternal(logger, w, r, err)
+		httpjson.WriteInternal(logger, w, r, err)
 		return false
 	}
 	if h, ok := r.Context().Value(ctxKeyHolder{}).(*keyHolder); ok {
 		h.key = key
 	}
 	if !key.Has(scope) {
-		writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "forbidden",
+		httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusForbidden, Code: "forbidden",
 			Detail: fmt.Sprintf("this API key lacks the %s scope that this request needs", scope)})
 		return false
 	}
@@ -181,7 +154,7 @@ func requireScope(logger *slog.Logger, l *ledger.Ledger, scope ledger.Scope, nex
 		secret := bearerToken(r)
 		if secret == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusUnauthorized, Code: "unauthenticated",
 				Detail: "send an API key as Authorization: Bearer <key>; create one with billingctl apikey create"})
 			return
 		}
@@ -209,7 +182,7 @@ func requireAdminBasic(logger *slog.Logger, l *ledger.Ledger, next http.Handler)
 		}
 		if secret == "" {
 			w.Header().Set("WWW-Authenticate", riverUIRealm)
-			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: riverUILogin})
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusUnauthorized, Code: "unauthenticated", Detail: riverUILogin})
 			return
 		}
 		if authorize(logger, l, w, r, secret, ledger.ScopeAdmin, riverUIRealm, riverUILogin) {
@@ -232,7 +205,7 @@ func requireAdminBasic(logger *slog.Logger, l *ledger.Ledger, next http.Handler)
 func requireSameOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if detail := crossSite(r); detail != "" {
-			writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "cross_site_refused",
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusForbidden, Code: "cross_site_refused",
 				Detail: "refused: " + detail + "; the River UI changes state only for requests from its own pages"})
 			return
 		}

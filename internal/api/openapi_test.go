@@ -115,7 +115,7 @@ func TestOpenAPI(t *testing.T) {
 				require.Equal(t, r.security, security, "the security of %s in apispec/openapi.yaml", operation)
 				if r.handler != "" {
 					want := strings.ToLower(r.handler[:1]) + r.handler[1:]
-					require.Equal(t, want, op.OperationId, "the operationId of %s (handle%s in routes.go)", operation, r.handler)
+					require.Equal(t, want, op.OperationId, "the operationId of %s (served by %s in routes.go)", operation, r.handler)
 				}
 			}
 		}
@@ -139,14 +139,18 @@ func TestOpenAPI(t *testing.T) {
 }
 
 // problemCodes returns, sorted, the string literals set as code (or Code) in
-// the keyed composite literals of this package's Go files (problem,
-// decodeError), with the values of internal/ledger's Conflict… constants.
+// the keyed composite literals (httpjson.Problem, httpjson.DecodeError) of
+// the Go files of this package and of the packages below it (httpjson,
+// ingest), with the values of internal/ledger's Conflict… constants.
 func problemCodes(t *testing.T) []string {
 	t.Helper()
 	codes := map[string]bool{}
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
+	below, err := filepath.Glob(filepath.Join("*", "*.go"))
+	require.NoError(t, err)
+	files = append(files, below...)
 	files = append(files, filepath.Join("..", "ledger", "errors.go"))
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") {
@@ -192,9 +196,10 @@ type route struct {
 	// MetricsHandler; none for an open route.
 	security []string
 
-	// handler is the name of the handle… function that serves the route,
-	// without "handle" (the operationId, lower-cased first); empty for a
-	// handler of another kind (River UI's, the metrics').
+	// handler is the name of the function that serves the route: a
+	// handle… function's without "handle", or ingest's (the operationId,
+	// lower-cased first); empty for a handler of another kind (River UI's,
+	// the metrics').
 	handler string
 }
 
@@ -268,6 +273,12 @@ func routeOf(t *testing.T, fset *token.FileSet, h ast.Expr) route {
 			require.Failf(t, "unknown handler", "%s: %s: say in routeOf what it means for the document", fset.Position(call.Pos()), fun.Name)
 		}
 	case *ast.SelectorExpr:
+		if isIdent(fun.X, "ingest") {
+			// A handler of what strangers post, such as
+			// ingest.UsageEventCreate.
+			r.handler = fun.Sel.Name
+			break
+		}
 		// A method value's handler, such as o.metrics.Handler().
 	default:
 		require.Failf(t, "unknown handler", "%s", fset.Position(call.Pos()))

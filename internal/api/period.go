@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -32,12 +33,12 @@ func handlePeriodList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 				"must be a whole number between 1 and "+strconv.Itoa(ledger.PeriodListLimitMax))),
 		}
 		if err := q.err(); err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		periods, more, err := l.PeriodListPage(r.Context(), p)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{Data: make([]periodResponse, 0, len(periods)), HasMore: more}
@@ -48,7 +49,7 @@ func handlePeriodList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			cursor := periods[len(periods)-1].Period
 			resp.NextCursor = &cursor
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }
 
@@ -68,15 +69,15 @@ func handlePeriodGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		label, err := periodLabel(r, l)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		p, err := l.PeriodGet(r.Context(), r.PathValue("customer_id"), label)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newPeriodResponse(p))
+		httpjson.Encode(w, http.StatusOK, newPeriodResponse(p))
 	})
 }
 
@@ -91,7 +92,7 @@ func handlePeriodClose(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		label, err := periodLabel(r, l)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		customerID := r.PathValue("customer_id")
@@ -99,14 +100,14 @@ func handlePeriodClose(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			CustomerID: customerID, Period: label, Actor: actorFrom(r), RunChargeJobNow: true,
 		})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		p, err := l.PeriodGet(r.Context(), customerID, label)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, response{Period: newPeriodResponse(p), Charge: newChargeResponse(c)})
+		httpjson.Encode(w, http.StatusOK, response{Period: newPeriodResponse(p), Charge: newChargeResponse(c)})
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/pricing"
 )
@@ -42,31 +43,31 @@ func newPlanVersionResponse(v *ledger.PlanVersion) (planVersionResponse, error) 
 // their path.
 func handlePlanPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := readBody(w, r, bodyLimitDefault)
+		body, err := httpjson.ReadBody(w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		plan, err := pricing.ParsePlan(body)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		v, created, err := l.PlanPut(r.Context(), ledger.PlanPutParams{PlanID: r.PathValue("plan_id"), Plan: plan, Actor: actorFrom(r)})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp, err := newPlanVersionResponse(v)
 		if err != nil {
-			writeInternal(logger, w, r, err)
+			httpjson.WriteInternal(logger, w, r, err)
 			return
 		}
 		status := http.StatusOK
 		if created {
 			status = http.StatusCreated
 		}
-		encode(w, status, resp)
+		httpjson.Encode(w, status, resp)
 	})
 }
 
@@ -80,18 +81,18 @@ func handlePlanGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		versions, err := l.PlanGet(r.Context(), r.PathValue("plan_id"))
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{PlanID: versions[0].PlanID, Currency: versions[0].Plan.Currency,
 			Versions: make([]planVersionResponse, len(versions))}
 		for i, v := range versions {
 			if resp.Versions[i], err = newPlanVersionResponse(v); err != nil {
-				writeInternal(logger, w, r, err)
+				httpjson.WriteInternal(logger, w, r, err)
 				return
 			}
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }
 
@@ -113,18 +114,18 @@ func handlePlanList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 				"must be a whole number between 1 and "+strconv.Itoa(ledger.PlanListLimitMax))),
 		}
 		if err := q.err(); err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		plans, more, err := l.PlanList(r.Context(), p)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{Data: make([]planVersionResponse, len(plans)), HasMore: more}
 		for i, v := range plans {
 			if resp.Data[i], err = newPlanVersionResponse(v); err != nil {
-				writeInternal(logger, w, r, err)
+				httpjson.WriteInternal(logger, w, r, err)
 				return
 			}
 		}
@@ -132,6 +133,6 @@ func handlePlanList(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			cursor := plans[len(plans)-1].PlanID
 			resp.NextCursor = &cursor
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/tally-billing/tally/internal/api/httpjson"
 )
 
 // handleRiverUIQueuePause passes River UI's pause of queue {name} on to ui,
@@ -34,7 +36,7 @@ func riverUIQueueSet(verb string, queues []string, ui http.Handler) http.Handler
 			ui.ServeHTTP(w, r)
 			return
 		}
-		writeProblem(w, r, problem{Status: http.StatusForbidden, Code: "tally_queue",
+		httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusForbidden, Code: "tally_queue",
 			Detail: fmt.Sprintf("River UI may not %s %s: Tally pauses and resumes charging only, with "+
 				`billingctl charging %s --reason "…" or POST /v1/admin/charging/%s {"reason": "…"}, which record who did it and why`,
 				verb, which, verb, verb)})

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
+	"github.com/tally-billing/tally/internal/api/ingest"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -51,10 +53,17 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("DELETE /v1/webhook-endpoints/{id}", auth(ledger.ScopeAdmin, handleWebhookEndpointDelete(logger, l)))
 	mux.Handle("POST /v1/webhook-endpoints/{id}/rotate-secret", auth(ledger.ScopeAdmin, handleWebhookEndpointRotateSecret(logger, l)))
 
-	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, handleUsageEventCreate(logger, o.metrics, l.UsageEventRecord)))
-	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, handleUsageEventBatch(logger, o.metrics, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
+	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, ingest.UsageEventCreate(logger, o.metrics, l.UsageEventRecord)))
+	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, ingest.UsageEventBatch(logger, o.metrics, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
 
-	mux.Handle("POST /v1/stripe/webhooks", handleStripeWebhook(logger, l.StripeEventRecord, webhookSecret))
+	mux.Handle("POST /v1/stripe/webhooks", ingest.StripeWebhook(logger, l.StripeEventRecord, webhookSecret))
 
 	mux.Handle("/", handleNotFound(logger))
+}
+
+func handleNotFound(logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusNotFound, Code: "not_found",
+			Detail: "no route for " + r.Method + " " + r.URL.Path})
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/metrics"
 )
@@ -66,6 +67,6 @@ func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSe
 	var h http.Handler = mux
 	h = withAccessLog(logger, o.metrics, h)
 	h = withRecover(logger, h)
-	h = withRequestID(h)
+	h = httpjson.WithRequestID(h)
 	return h
 }

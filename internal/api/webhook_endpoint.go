@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -45,19 +46,19 @@ func handleWebhookEndpointCreate(logger *slog.Logger, l *ledger.Ledger) http.Han
 		Description string   `json:"description"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := decode[request](w, r, bodyLimitDefault)
+		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		e, err := l.WebhookEndpointCreate(r.Context(), ledger.WebhookEndpointCreateParams{
 			URL: req.URL, Events: req.Events, Description: req.Description,
 		})
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusCreated, newWebhookEndpointResponse(e, true))
+		httpjson.Encode(w, http.StatusCreated, newWebhookEndpointResponse(e, true))
 	})
 }
 
@@ -70,14 +71,14 @@ func handleWebhookEndpointList(logger *slog.Logger, l *ledger.Ledger) http.Handl
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list, err := l.WebhookEndpointList(r.Context())
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		resp := response{Data: make([]webhookEndpointResponse, 0, len(list))}
 		for _, e := range list {
 			resp.Data = append(resp.Data, newWebhookEndpointResponse(e, false))
 		}
-		encode(w, http.StatusOK, resp)
+		httpjson.Encode(w, http.StatusOK, resp)
 	})
 }
 
@@ -90,7 +91,7 @@ func handleWebhookEndpointDelete(logger *slog.Logger, l *ledger.Ledger) http.Han
 			err = l.WebhookEndpointDelete(r.Context(), id)
 		}
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -107,12 +108,12 @@ func handleWebhookEndpointRotateSecret(logger *slog.Logger, l *ledger.Ledger) ht
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathID(r, "webhook endpoint")
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		req, err := decode[request](w, r, bodyLimitDefault)
+		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		grace := ledger.WebhookSecretGraceDefault
@@ -124,9 +125,9 @@ func handleWebhookEndpointRotateSecret(logger *slog.Logger, l *ledger.Ledger) ht
 		}
 		e, err := l.WebhookEndpointRotateSecret(r.Context(), id, grace)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, newWebhookEndpointResponse(e, true))
+		httpjson.Encode(w, http.StatusOK, newWebhookEndpointResponse(e, true))
 	})
 }

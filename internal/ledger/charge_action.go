@@ -310,7 +310,7 @@ type ChargeResolveRequestParams struct {
 // same way, keeping its own. It refuses with ConflictChargeNotHeld any other
 // charge.
 func (l *Ledger) ChargeResolveRequest(ctx context.Context, p ChargeResolveRequestParams) (*Charge, error) {
-	if !strings.HasPrefix(p.KeepPaymentIntent, "pi_") || !validID(p.KeepPaymentIntent) {
+	if !strings.HasPrefix(p.KeepPaymentIntent, "pi_") || !ValidID(p.KeepPaymentIntent) {
 		return nil, &ValidationError{Fields: map[string]string{"keep_payment_intent": fmt.Sprintf(
 			"must be the id of the PaymentIntent to keep, such as pi_123; got %q", p.KeepPaymentIntent)}}
 	}

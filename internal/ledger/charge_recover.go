@@ -48,7 +48,7 @@ type ChargeRecoverLostParams struct {
 // fit TALLY_PERIOD.
 func (l *Ledger) ChargeRecoverLost(ctx context.Context, p ChargeRecoverLostParams) (*Charge, bool, error) {
 	b, err := l.config.Cadence.ParseLabel(p.Period)
-	if err != nil || !validID(p.CustomerID) {
+	if err != nil || !ValidID(p.CustomerID) {
 		return nil, false, &ValidationError{Fields: map[string]string{"period": fmt.Sprintf(
 			"%q of customer %q is not a %s period label of this deployment (TALLY_PERIOD)", p.Period, p.CustomerID, l.config.Cadence)}}
 	}

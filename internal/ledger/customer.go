@@ -137,7 +137,7 @@ RETURNING `+customerColumns+`, (xmax = 0)`,
 
 // CustomerGet returns the customer, or ErrNotFound.
 func (l *Ledger) CustomerGet(ctx context.Context, id string) (*Customer, error) {
-	if !validID(id) {
+	if !ValidID(id) {
 		return nil, notFound("customer %q", id)
 	}
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `SELECT `+customerColumns+`

@@ -253,9 +253,11 @@ func checkID(fe fieldErrors, field, id string, required bool) {
 	}
 }
 
-// validID reports whether id could have been stored: a lookup of anything
-// else finds nothing, without sending Postgres bytes it refuses.
-func validID(id string) bool {
+// ValidID reports whether id could have been stored as an id (customer,
+// event, Stripe's): 1 to 255 bytes of UTF-8 without control characters. A
+// lookup of anything else finds nothing, without sending Postgres bytes it
+// refuses.
+func ValidID(id string) bool {
 	return id != "" && len(id) <= idMaxBytes && utf8.ValidString(id) && !hasControl(id)
 }
 

@@ -135,7 +135,7 @@ func scanPeriod(row pgx.Row) (*Period, error) {
 // PeriodGet returns one period of a customer with its event count and total.
 // It returns ErrNotFound when the customer has no such period.
 func (l *Ledger) PeriodGet(ctx context.Context, customerID, period string) (*Period, error) {
-	if !validID(customerID) || !validID(period) {
+	if !ValidID(customerID) || !ValidID(period) {
 		return nil, notFound("period %s of customer %q", period, customerID)
 	}
 	p, err := scanPeriod(l.pool.QueryRow(ctx, periodSelectSQL+`

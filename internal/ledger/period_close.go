@@ -38,7 +38,7 @@ type PeriodCloseParams struct {
 //
 // It returns ErrNotFound when the period does not exist.
 func (l *Ledger) PeriodClose(ctx context.Context, p PeriodCloseParams) (*Charge, error) {
-	if !validID(p.CustomerID) || !validID(p.Period) {
+	if !ValidID(p.CustomerID) || !ValidID(p.Period) {
 		return nil, notFound("period %s of customer %q", p.Period, p.CustomerID)
 	}
 	var charge *Charge
@@ -93,7 +93,7 @@ type ClosedClaim struct {
 // two, on the path of every charge; the claim is still committed before any
 // money moves.
 func (l *Ledger) PeriodCloseClaim(ctx context.Context, p PeriodCloseClaimParams) (*ClosedClaim, error) {
-	if !validID(p.Close.CustomerID) || !validID(p.Close.Period) {
+	if !ValidID(p.Close.CustomerID) || !ValidID(p.Close.Period) {
 		return nil, notFound("period %s of customer %q", p.Close.Period, p.Close.CustomerID)
 	}
 	var out ClosedClaim

@@ -145,7 +145,7 @@ func scanPlanVersion(row pgx.Row) (*PlanVersion, error) {
 
 // PlanGet returns every version of a plan, oldest first, or ErrNotFound.
 func (l *Ledger) PlanGet(ctx context.Context, planID string) ([]*PlanVersion, error) {
-	if !validID(planID) {
+	if !ValidID(planID) {
 		return nil, notFound("plan %q", planID)
 	}
 	rows, err := l.pool.Query(ctx, `SELECT `+planVersionColumns+`

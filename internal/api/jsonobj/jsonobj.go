@@ -1,5 +1,5 @@
 // Package jsonobj reads the keys of a JSON object in one allocation-free
-// scan: internal/api's strict decoding (decodeStrict) judges a request's
+// scan: the API's strict decoding (httpjson.DecodeStrict) judges a request's
 // fields with it before decoding them. It imports only the standard
 // library, so its fuzz target's build is small.
 package jsonobj

@@ -1,4 +1,4 @@
-package api
+package ingest
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
@@ -26,7 +27,7 @@ const bodyLimitWebhook = 1 << 20
 // of year 9999 (Postgres stores later times, Stripe never sends them).
 var webhookCreatedMax = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
 
-// handleStripeWebhook receives Stripe events: it verifies Stripe-Signature
+// StripeWebhook receives Stripe events: it verifies Stripe-Signature
 // with the endpoint secret (300 s tolerance), stores the event with record
 // (the ledger's StripeEventRecord: the event by its id with its processing
 // job, in one transaction), and answers 200 at once. A replayed event id
@@ -38,31 +39,31 @@ var webhookCreatedMax = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
 // logged at Error: Stripe retries it, and an operator must look. Without a
 // secret configured every event is refused with 503, so Stripe keeps
 // retrying until one is set.
-func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledger.StripeEventParams) (bool, error), secret string) http.Handler {
+func StripeWebhook(logger *slog.Logger, record func(context.Context, ledger.StripeEventParams) (bool, error), secret string) http.Handler {
 	type response struct {
 		Received bool `json:"received"`
 		Replay   bool `json:"replay"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if secret == "" {
-			writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "webhooks_disabled",
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusServiceUnavailable, Code: "webhooks_disabled",
 				Detail: "this Tally has no STRIPE_WEBHOOK_SECRET; set it to the endpoint's signing secret (whsec_…)"})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimitWebhook))
 		var maxErr *http.MaxBytesError
 		if errors.As(err, &maxErr) {
-			writeError(logger, w, r, jsonError(err, bodyLimitWebhook, ""))
+			httpjson.WriteError(logger, w, r, httpjson.JSONError(err, bodyLimitWebhook, ""))
 			return
 		}
 		if err != nil {
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "malformed_body", Detail: "the body could not be read"})
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "malformed_body", Detail: "the body could not be read"})
 			return
 		}
 		if err := webhook.ValidatePayloadWithTolerance(body, r.Header.Get("Stripe-Signature"), secret, webhook.DefaultTolerance); err != nil {
 			logger.WarnContext(r.Context(), "stripe webhook refused", slog.String("error", err.Error()),
-				slog.String("request_id", requestIDFrom(r.Context())))
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "invalid_signature",
+				slog.String("request_id", httpjson.RequestIDFrom(r.Context())))
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "invalid_signature",
 				Detail: "the Stripe-Signature header does not verify with this endpoint's secret, or is older than 300 s"})
 			return
 		}
@@ -76,8 +77,8 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 			// an operator must see it.
 			logger.ErrorContext(r.Context(), "stripe webhook event cannot be stored", slog.String("error", err.Error()),
 				slog.String("event_id", strconv.QuoteToASCII(truncate(event.ID, 64))),
-				slog.String("request_id", requestIDFrom(r.Context())))
-			writeProblem(w, r, problem{Status: http.StatusBadRequest, Code: "invalid_event",
+				slog.String("request_id", httpjson.RequestIDFrom(r.Context())))
+			httpjson.WriteProblem(w, r, httpjson.Problem{Status: http.StatusBadRequest, Code: "invalid_event",
 				Detail: "the event is signed but cannot be stored: " + err.Error()})
 			return
 		}
@@ -86,10 +87,10 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 			CreatedAt: time.Unix(event.Created, 0).UTC(),
 		})
 		if err != nil {
-			writeInternal(logger, w, r, err)
+			httpjson.WriteInternal(logger, w, r, err)
 			return
 		}
-		encode(w, http.StatusOK, response{Received: true, Replay: !created})
+		httpjson.Encode(w, http.StatusOK, response{Received: true, Replay: !created})
 	})
 }
 
@@ -97,9 +98,9 @@ func handleStripeWebhook(logger *slog.Logger, record func(context.Context, ledge
 // stored, or nil.
 func checkStripeEvent(id, typ string, created int64, payload []byte) error {
 	switch {
-	case id == "" || !validParam(id):
+	case !ledger.ValidID(id):
 		return errors.New("its id must be 1 to 255 bytes of UTF-8 text without control characters")
-	case typ == "" || !validParam(typ):
+	case !ledger.ValidID(typ):
 		return errors.New("its type must be 1 to 255 bytes of UTF-8 text without control characters")
 	case created < 0 || created > webhookCreatedMax:
 		return fmt.Errorf("its created time %d is outside years 1970 to 9999", created)

@@ -1,19 +1,20 @@
-package api
+package ingest
 
 // Fuzz targets for what the API decodes from strangers: usage events (one,
 // and batches) and Stripe webhooks. Each serves the real handler with the
 // ledger call stubbed by a function that applies the ledger's database-free
 // rules (ledger.UsageEventProperties) and checks what the handler passes on,
-// so no database is needed. Seeds (with the inputs that once answered 500 or
-// 65 MB) are in testdata/fuzz/<target>/; `make fuzz` runs each for
-// FUZZTIME.
+// so no database is needed. They live here, not in package api, so that the
+// test binary `go test -fuzz` instruments imports neither api nor its test
+// dependencies (the OpenAPI validator, River, goose, testdb). Seeds (with
+// the inputs that once answered 500 or 65 MB) are in
+// testdata/fuzz/<target>/; `make fuzz` runs each for FUZZTIME.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,7 +27,7 @@ import (
 	"github.com/cockroachdb/apd/v3"
 	"github.com/stripe/stripe-go/v76/webhook"
 
-	"github.com/tally-billing/tally/apispec/apispectest"
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/pricing"
 )
@@ -90,21 +91,17 @@ func fuzzRecord(t *testing.T, p ledger.UsageEventParams) (*ledger.UsageEventResu
 
 // fuzzServe posts body to h and checks what every answer must be: no 5xx,
 // JSON, and no larger than what was sent can explain (invalid UTF-8 grows six
-// times as \ufffd) plus the stored properties. Running the seed corpus (go
-// test), it also checks, like every API test, that the answer is one the
-// OpenAPI document allows (apispectest.ResponseHandler: the stubbed ledger
-// accepts requests the API refuses; h behind withRequestID, as NewServer
-// serves it); fuzzing (go test -fuzz), it does not: the check costs each run
-// far more than the handler does, and a fuzzer lives on runs per second
-// (docs/benchmarks.md, "Figures behind the code's choices").
+// times as \ufffd) plus the stored properties. It does not hold the answer
+// to the OpenAPI document: package api's tests hold every answer of theirs
+// to it, and here the validator would cost each run far more than the
+// handler does (a fuzzer lives on runs per second), and the build of this
+// package's test binary its dependencies (docs/benchmarks.md, "Figures
+// behind the code's choices").
 func fuzzServe(t *testing.T, h http.Handler, path string, body []byte, header http.Header) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header[k] = v
-	}
-	if !fuzzing() {
-		h = apispectest.ResponseHandler(t, withRequestID(h))
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -120,13 +117,6 @@ func fuzzServe(t *testing.T, h http.Handler, path string, body []byte, header ht
 	return rec
 }
 
-// fuzzing reports whether the test binary fuzzes (go test -fuzz) rather than
-// running the seed corpus.
-func fuzzing() bool {
-	f := flag.Lookup("test.fuzz")
-	return f != nil && f.Value.String() != ""
-}
-
 // FuzzUsageEventDecode posts body as a usage event, and then, when number is
 // not empty, an event whose properties hold number (as a value, in an array
 // and under a nested key), so the fuzzer mutates numbers directly too.
@@ -140,7 +130,7 @@ func FuzzUsageEventDecode(f *testing.F) {
 		}
 		for _, body := range bodies {
 			called := false
-			h := handleUsageEventCreate(fuzzLogger, nil, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
+			h := UsageEventCreate(fuzzLogger, nil, func(_ context.Context, p ledger.UsageEventParams) (*ledger.UsageEventResult, error) {
 				called = true
 				return fuzzRecord(t, p)
 			})
@@ -181,7 +171,7 @@ func FuzzUsageEventBatchDecode(f *testing.F) {
 			}
 			return results, nil
 		}
-		h := handleUsageEventBatch(fuzzLogger, nil,
+		h := UsageEventBatch(fuzzLogger, nil,
 			func(_ context.Context, params []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error) {
 				return recordAll(params)
 			},
@@ -199,7 +189,7 @@ func FuzzUsageEventBatchDecode(f *testing.F) {
 				t.Fatalf("%d results for %d events (%v)", len(resp.Data), n, err)
 			}
 		case http.StatusUnprocessableEntity, http.StatusConflict:
-			var p problem
+			var p httpjson.Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +231,7 @@ func FuzzStripeWebhook(f *testing.F) {
 			header = webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: "whsec_other", Timestamp: now}).Header
 		}
 		called := false
-		h := handleStripeWebhook(fuzzLogger, func(_ context.Context, p ledger.StripeEventParams) (bool, error) {
+		h := StripeWebhook(fuzzLogger, func(_ context.Context, p ledger.StripeEventParams) (bool, error) {
 			called = true
 			if mode != fuzzSignValid && mode != fuzzSignHeader {
 				t.Fatalf("an event signed %d reached the ledger", mode)

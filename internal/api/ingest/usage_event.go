@@ -1,4 +1,4 @@
-package api
+package ingest
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/metrics"
 )
@@ -109,20 +110,21 @@ func newUsageEventResponse(e *ledger.UsageEvent) usageEventResponse {
 // replayHeader marks a response that replays an already recorded event.
 const replayHeader = "Idempotent-Replayed"
 
-// handleUsageEventCreate records one event with record (the ledger's
+// UsageEventCreate records one event with record (the ledger's
 // UsageEventRecord): 201 created, 200 exact replay (same body as the first
-// answer), 409 idempotency_conflict or period_closed, 422 invalid.
-func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
+// answer), 409 idempotency_conflict or period_closed, 422 invalid. It counts
+// each event's result in m (nil: not counted).
+func UsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func(context.Context, ledger.UsageEventParams) (*ledger.UsageEventResult, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := decode[usageEventRequest](w, r, bodyLimitDefault)
+		req, err := httpjson.Decode[usageEventRequest](w, r, httpjson.BodyLimitDefault)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		p, err := req.params()
 		if err != nil {
 			m.CountUsageEvents(metrics.UsageRejected, 1)
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		res, err := record(r.Context(), p)
@@ -130,7 +132,7 @@ func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func
 			if result := usageResult(err); result != "" {
 				m.CountUsageEvents(result, 1)
 			}
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		status := http.StatusCreated
@@ -139,17 +141,18 @@ func handleUsageEventCreate(logger *slog.Logger, m *metrics.Metrics, record func
 			w.Header().Set(replayHeader, "true")
 		}
 		m.CountUsageEvents(usageResultOf(res), 1)
-		encode(w, status, newUsageEventResponse(res.Event))
+		httpjson.Encode(w, status, newUsageEventResponse(res.Event))
 	})
 }
 
-// handleUsageEventBatch records up to 1000 events all-or-nothing with record
+// UsageEventBatch records up to 1000 events all-or-nothing with record
 // (the ledger's UsageEventRecordBatch), or only checks them with check
 // (UsageEventCheckBatch) when some items could not even be decoded. On
 // success it answers 201 (200 when every event was a replay) with one result
 // per event; otherwise nothing is written and the problem lists each failing
-// index: 422 when any item is invalid, else 409.
-func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
+// index: 422 when any item is invalid, else 409. It counts the batch's size
+// and each event's result in m (nil: not counted).
+func UsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 	record func(context.Context, []ledger.UsageEventParams) ([]*ledger.UsageEventResult, error),
 	check func(context.Context, []ledger.UsageEventParams) error,
 ) http.Handler {
@@ -166,14 +169,14 @@ func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 		Data     []result `json:"data"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := decode[request](w, r, bodyLimitBatch)
+		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitBatch)
 		if err != nil {
-			writeError(logger, w, r, err)
+			httpjson.WriteError(logger, w, r, err)
 			return
 		}
 		m.ObserveBatch(len(req.Events))
 		if len(req.Events) == 0 || len(req.Events) > ledger.UsageEventBatchMax {
-			writeError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{
+			httpjson.WriteError(logger, w, r, &ledger.ValidationError{Fields: map[string]string{
 				"events": fmt.Sprintf("must hold between 1 and %d events; got %d", ledger.UsageEventBatchMax, len(req.Events))}})
 			return
 		}
@@ -184,11 +187,11 @@ func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 		var params []ledger.UsageEventParams
 		var index []int
 		for i, raw := range req.Events {
-			item, err := decodeStrict[usageEventRequest](raw, "")
-			var de *decodeError
-			if errors.As(err, &de) && de.status != http.StatusUnprocessableEntity {
+			item, err := httpjson.DecodeStrict[usageEventRequest](raw, "")
+			var de *httpjson.DecodeError
+			if errors.As(err, &de) && de.Status != http.StatusUnprocessableEntity {
 				// Unreachable for a well-formed outer body; keep item errors 422.
-				de.status, de.code = http.StatusUnprocessableEntity, "validation_error"
+				de.Status, de.Code = http.StatusUnprocessableEntity, "validation_error"
 			}
 			if err == nil {
 				var p ledger.UsageEventParams
@@ -216,7 +219,7 @@ func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 					itemErrs[index[i]] = e
 				}
 			case err != nil:
-				writeInternal(logger, w, r, err)
+				httpjson.WriteInternal(logger, w, r, err)
 				return
 			}
 		}
@@ -252,34 +255,34 @@ func handleUsageEventBatch(logger *slog.Logger, m *metrics.Metrics,
 		if resp.Created == 0 {
 			status = http.StatusOK
 		}
-		encode(w, status, resp)
+		httpjson.Encode(w, status, resp)
 	})
 }
 
 // writeBatchProblem answers a rejected batch with the errors of its first
-// problemItemsMax failing items, each listing at most itemErrorsMax field
+// httpjson.ProblemItemsMax failing items, each listing at most itemErrorsMax field
 // problems, and counts the others.
 func writeBatchProblem(logger *slog.Logger, w http.ResponseWriter, r *http.Request, itemErrs map[int]error) {
-	p := problem{Status: http.StatusConflict, Code: "batch_rejected",
+	p := httpjson.Problem{Status: http.StatusConflict, Code: "batch_rejected",
 		Detail: fmt.Sprintf("%d events were rejected, so none of the batch was recorded; fix them and send the whole batch again", len(itemErrs))}
 	for _, i := range slices.Sorted(maps.Keys(itemErrs)) {
-		ip, ok := problemFor(itemErrs[i])
+		ip, ok := httpjson.ProblemFor(itemErrs[i])
 		if !ok {
-			writeInternal(logger, w, r, itemErrs[i])
+			httpjson.WriteInternal(logger, w, r, itemErrs[i])
 			return
 		}
 		if ip.Status == http.StatusUnprocessableEntity {
 			p.Status = http.StatusUnprocessableEntity
 		}
-		if len(p.Items) == problemItemsMax {
+		if len(p.Items) == httpjson.ProblemItemsMax {
 			p.Omitted++
 			continue
 		}
-		errs, omitted := fieldsListed(ip.Errors, itemErrorsMax)
-		p.Items = append(p.Items, itemProblem{Index: i, Status: ip.Status, Code: ip.Code, Detail: ip.Detail,
+		errs, omitted := httpjson.FieldsListed(ip.Errors, httpjson.ItemErrorsMax)
+		p.Items = append(p.Items, httpjson.ItemProblem{Index: i, Status: ip.Status, Code: ip.Code, Detail: ip.Detail,
 			Errors: errs, Omitted: ip.Omitted + omitted})
 	}
-	writeProblem(w, r, p)
+	httpjson.WriteProblem(w, r, p)
 }
 
 // usageResultOf is the metrics result of a recorded event.
@@ -295,7 +298,7 @@ func usageResultOf(res *ledger.UsageEventResult) string {
 func usageResult(err error) string {
 	var ce *ledger.ConflictError
 	var ve *ledger.ValidationError
-	var de *decodeError
+	var de *httpjson.DecodeError
 	switch {
 	case errors.As(err, &ce) && ce.Code == ledger.ConflictIdempotency:
 		return metrics.UsageConflict

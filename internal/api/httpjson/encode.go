@@ -1,4 +1,11 @@
-package api
+// Package httpjson is the API's JSON wire format, shared by package api and
+// the handlers of what strangers post (internal/api/ingest): strict decoding
+// of request bodies (Decode, DecodeStrict), answers (Encode), RFC 9457
+// problem details (Problem, WriteProblem) with the mapping of the ledger's
+// errors to them (WriteError), and the request id every answer carries
+// (WithRequestID). It imports internal/ledger and internal/pricing for their
+// errors, never internal/api.
+package httpjson
 
 import (
 	"bytes"
@@ -19,16 +26,19 @@ import (
 	"github.com/tally-billing/tally/internal/api/jsonobj"
 )
 
-// Body limits.
+// Body limits, in bytes.
 const (
-	bodyLimitDefault = 1 << 20 // 1 MiB
-	bodyLimitBatch   = 8 << 20 // 8 MiB
+	// BodyLimitDefault bounds a request body.
+	BodyLimitDefault = 1 << 20 // 1 MiB
+
+	// BodyLimitBatch bounds the body of a batch of usage events.
+	BodyLimitBatch = 8 << 20 // 8 MiB
 )
 
-// encode writes v as JSON with status, in one write with its
+// Encode writes v as JSON with status, in one write with its
 // Content-Length (a batch's answer is hundreds of kilobytes: streamed, it
 // would go out in chunks of 4 KiB, a system call each).
-func encode(w http.ResponseWriter, status int, v any) {
+func Encode(w http.ResponseWriter, status int, v any) {
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer encodeBufferPut(buf)
 	enc := json.NewEncoder(buf)
@@ -61,49 +71,49 @@ func encodeBufferPut(buf *bytes.Buffer) {
 	encodeBuffers.Put(buf)
 }
 
-// decodeError is a request body that cannot be decoded; it is answered as a
-// problem with status.
-type decodeError struct {
-	status  int
-	code    string
-	detail  string
-	fields  map[string]string
-	omitted int // field problems found beyond those in fields
+// DecodeError is a request body that cannot be decoded; WriteError answers
+// it as a problem with its fields.
+type DecodeError struct {
+	Status  int
+	Code    string
+	Detail  string
+	Fields  map[string]string
+	Omitted int // field problems found beyond those in Fields
 }
 
-func (e *decodeError) Error() string { return e.detail }
+func (e *DecodeError) Error() string { return e.Detail }
 
-// decode reads a JSON body of at most limit bytes into v, refusing other
-// content types and anything decodeStrict refuses.
-func decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, error) {
-	body, err := readBody(w, r, limit)
+// Decode reads a JSON body of at most limit bytes into v, refusing other
+// content types and anything DecodeStrict refuses.
+func Decode[T any](w http.ResponseWriter, r *http.Request, limit int64) (T, error) {
+	body, err := ReadBody(w, r, limit)
 	if err != nil {
 		var v T
 		return v, err
 	}
-	return decodeStrict[T](body, "")
+	return DecodeStrict[T](body, "")
 }
 
-// readBody reads a JSON body of at most limit bytes, refusing other content
-// types; for a body decoded by something other than decodeStrict.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// ReadBody reads a JSON body of at most limit bytes, refusing other content
+// types; for a body decoded by something other than DecodeStrict.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return nil, &decodeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-			detail: "send the body as JSON with Content-Type: application/json"}
+		return nil, &DecodeError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: "send the body as JSON with Content-Type: application/json"}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		return nil, jsonError(err, limit, "")
+		return nil, JSONError(err, limit, "")
 	}
 	return body, nil
 }
 
-// decodeStrict decodes one JSON object into v. Field names must match v's
+// DecodeStrict decodes one JSON object into v. Field names must match v's
 // json tags exactly (encoding/json alone would accept "AMOUNT_CENTS" for
 // amount_cents, and let a later duplicate win), each at most once; wrong types
 // and trailing data are refused. Field names in errors get prefix; at most
 // problemErrorsMax are named, the others counted.
-func decodeStrict[T any](raw []byte, prefix string) (T, error) {
+func DecodeStrict[T any](raw []byte, prefix string) (T, error) {
 	var v T
 	keys := keyCheck{allowed: jsonFieldNames(reflect.TypeOf(v)), prefix: prefix}
 	if jsonobj.Keys(raw, keys.check) {
@@ -115,7 +125,7 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 			return v, err
 		}
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return v, jsonError(err, 0, prefix)
+			return v, JSONError(err, 0, prefix)
 		}
 		return v, nil
 	}
@@ -125,42 +135,42 @@ func decodeStrict[T any](raw []byte, prefix string) (T, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
-		return v, jsonError(err, 0, prefix)
+		return v, JSONError(err, 0, prefix)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return v, &decodeError{status: http.StatusBadRequest, code: "malformed_json",
-			detail: "the body must hold exactly one JSON value"}
+		return v, &DecodeError{Status: http.StatusBadRequest, Code: "malformed_json",
+			Detail: "the body must hold exactly one JSON value"}
 	}
 	return v, nil
 }
 
 // checkKeys requires raw to be a JSON object whose keys keys accepts. It is
-// decodeStrict's slow path, for a body its one-scan check (jsonobj.Keys)
+// DecodeStrict's slow path, for a body its one-scan check (jsonobj.Keys)
 // refused — invalid JSON, or not an object: it reads raw token by token to
 // name the problem.
 func checkKeys(raw []byte, keys keyCheck, prefix string) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
-		return jsonError(err, 0, prefix)
+		return JSONError(err, 0, prefix)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		if prefix == "" {
-			return &decodeError{status: http.StatusBadRequest, code: "malformed_json", detail: "the body must be a JSON object"}
+			return &DecodeError{Status: http.StatusBadRequest, Code: "malformed_json", Detail: "the body must be a JSON object"}
 		}
-		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
-			detail: "the request has invalid fields", fields: map[string]string{strings.TrimSuffix(prefix, "."): "must be a JSON object"}}
+		return &DecodeError{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+			Detail: "the request has invalid fields", Fields: map[string]string{strings.TrimSuffix(prefix, "."): "must be a JSON object"}}
 	}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return jsonError(err, 0, prefix)
+			return JSONError(err, 0, prefix)
 		}
 		key, _ := tok.(string)
 		keys.check([]byte(key))
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return jsonError(err, 0, prefix)
+			return JSONError(err, 0, prefix)
 		}
 	}
 	return keys.err()
@@ -224,8 +234,8 @@ func (c *keyCheck) err() error {
 	if len(c.fields) == 0 {
 		return nil
 	}
-	return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
-		detail: "the request has invalid fields", fields: c.fields, omitted: c.omitted}
+	return &DecodeError{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+		Detail: "the request has invalid fields", Fields: c.fields, Omitted: c.omitted}
 }
 
 // fieldNames caches jsonFieldNames by type.
@@ -252,31 +262,32 @@ func jsonFieldNames(t reflect.Type) map[string]bool {
 	return names
 }
 
-// jsonError turns a json decoding error into a decodeError that names the
-// field when there is one.
-func jsonError(err error, limit int64, prefix string) *decodeError {
+// JSONError turns an error of reading or decoding a JSON body into a
+// DecodeError that names the field, with prefix, when there is one; a body
+// over its limit (an *http.MaxBytesError) is answered 413 naming limit.
+func JSONError(err error, limit int64, prefix string) *DecodeError {
 	var maxErr *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &maxErr):
-		return &decodeError{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
-			detail: fmt.Sprintf("the body is larger than %d bytes; send less per request", limit)}
+		return &DecodeError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+			Detail: fmt.Sprintf("the body is larger than %d bytes; send less per request", limit)}
 	case errors.As(err, &typeErr):
 		field := prefix + typeErr.Field
-		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
-			detail: "the request has invalid fields",
-			fields: map[string]string{field: fmt.Sprintf("must be %s, not a JSON %s", describeType(typeErr), typeErr.Value)}}
+		return &DecodeError{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+			Detail: "the request has invalid fields",
+			Fields: map[string]string{field: fmt.Sprintf("must be %s, not a JSON %s", describeType(typeErr), typeErr.Value)}}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &decodeError{status: http.StatusUnprocessableEntity, code: "validation_error",
-			detail: "the request has invalid fields",
-			fields: map[string]string{prefix + field: "is not a known field; remove it (see the API reference in README.md)"}}
+		return &DecodeError{Status: http.StatusUnprocessableEntity, Code: "validation_error",
+			Detail: "the request has invalid fields",
+			Fields: map[string]string{prefix + field: "is not a known field; remove it (see the API reference in README.md)"}}
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return &decodeError{status: http.StatusBadRequest, code: "malformed_json",
-			detail: "the body is not valid JSON: " + err.Error()}
+		return &DecodeError{Status: http.StatusBadRequest, Code: "malformed_json",
+			Detail: "the body is not valid JSON: " + err.Error()}
 	}
-	return &decodeError{status: http.StatusBadRequest, code: "malformed_json", detail: "the body could not be read: " + err.Error()}
+	return &DecodeError{Status: http.StatusBadRequest, Code: "malformed_json", Detail: "the body could not be read: " + err.Error()}
 }
 
 func describeType(e *json.UnmarshalTypeError) string {
@@ -307,13 +318,13 @@ const (
 	// problemErrorsMax is the most field problems a problem lists in errors.
 	problemErrorsMax = 10
 
-	// problemItemsMax is the most failing events a batch's problem lists in
+	// ProblemItemsMax is the most failing events a batch's problem lists in
 	// items, the first by index.
-	problemItemsMax = 10
+	ProblemItemsMax = 10
 
-	// itemErrorsMax is the most field problems listed for one event of a
+	// ItemErrorsMax is the most field problems listed for one event of a
 	// batch.
-	itemErrorsMax = 5
+	ItemErrorsMax = 5
 
 	// fieldNameMax is the longest field name a problem shows, in bytes: a
 	// longer one (an unknown key of a MiB, a deep properties path) is cut
@@ -329,9 +340,9 @@ func fieldName(name string) string {
 	return strings.ToValidUTF8(name[:fieldNameMax-len("…")], "") + "…"
 }
 
-// fieldsListed returns at most max of fields (the first names in byte
+// FieldsListed returns at most max of fields (the first names in byte
 // order, each cut by fieldName) and how many it left out.
-func fieldsListed(fields map[string]string, max int) (map[string]string, int) {
+func FieldsListed(fields map[string]string, max int) (map[string]string, int) {
 	short := len(fields) <= max
 	for name := range fields {
 		short = short && len(name) <= fieldNameMax
@@ -347,21 +358,21 @@ func fieldsListed(fields map[string]string, max int) (map[string]string, int) {
 	return listed, len(names) - min(max, len(names))
 }
 
-// problem is an RFC 9457 problem detail.
-type problem struct {
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
 	Type      string            `json:"type"`
 	Title     string            `json:"title"`
 	Status    int               `json:"status"`
 	Detail    string            `json:"detail,omitempty"`
 	Code      string            `json:"code"`
 	Errors    map[string]string `json:"errors,omitempty"`
-	Items     []itemProblem     `json:"items,omitempty"`
+	Items     []ItemProblem     `json:"items,omitempty"`
 	Omitted   int               `json:"omitted,omitempty"`
 	RequestID string            `json:"request_id,omitempty"`
 }
 
-// itemProblem is the error of one item of a batch.
-type itemProblem struct {
+// ItemProblem is the error of one item of a batch.
+type ItemProblem struct {
 	Index   int               `json:"index"`
 	Status  int               `json:"status"`
 	Code    string            `json:"code"`
@@ -370,19 +381,19 @@ type itemProblem struct {
 	Omitted int               `json:"omitted,omitempty"`
 }
 
-// writeProblem answers p, listing at most problemErrorsMax of its errors.
-func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
+// WriteProblem answers p, listing at most problemErrorsMax of its errors.
+func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	p.Type = "urn:tally:problem:" + p.Code
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
 	}
 	var omitted int
-	p.Errors, omitted = fieldsListed(p.Errors, problemErrorsMax)
+	p.Errors, omitted = FieldsListed(p.Errors, problemErrorsMax)
 	p.Omitted += omitted
 	if p.Omitted > 0 {
 		p.Detail += fmt.Sprintf(" (%d more are not listed: see omitted)", p.Omitted)
 	}
-	p.RequestID = requestIDFrom(r.Context())
+	p.RequestID = RequestIDFrom(r.Context())
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	enc := json.NewEncoder(w)
@@ -390,12 +401,12 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 	_ = enc.Encode(p)
 }
 
-// writeInternal logs err with the request's context and answers a generic
+// WriteInternal logs err with the request's context and answers a generic
 // 500 that names only the request id.
-func writeInternal(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+func WriteInternal(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
 	logger.ErrorContext(r.Context(), "internal error", slog.String("error", err.Error()),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("request_id", requestIDFrom(r.Context())))
-	writeProblem(w, r, problem{Status: http.StatusInternalServerError, Code: "internal_error",
+		slog.String("request_id", RequestIDFrom(r.Context())))
+	WriteProblem(w, r, Problem{Status: http.StatusInternalServerError, Code: "internal_error",
 		Detail: "an internal error occurred; it was logged with this request id"})
 }

@@ -1,4 +1,4 @@
-package api
+package httpjson
 
 import (
 	"fmt"
@@ -9,6 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// event holds the fields of a usage event that TestDecodeStrictUnknownKeysMemory
+// sends.
+type event struct {
+	CustomerID  string `json:"customer_id"`
+	EventID     string `json:"event_id"`
+	AmountCents *int64 `json:"amount_cents"`
+}
+
 // TestDecodeStrictUnknownKeysMemory requires that an event of 1 MiB with
 // tens of thousands of unknown keys costs memory in proportion to the keys it
 // names, not to all it holds: a token, a skipped value and a message per key
@@ -18,7 +26,7 @@ func TestDecodeStrictUnknownKeysMemory(t *testing.T) {
 	var sb strings.Builder
 	sb.WriteString(`{"customer_id":"acme","event_id":"e1","amount_cents":1`)
 	keys := 0
-	for ; sb.Len() < bodyLimitDefault-64; keys++ {
+	for ; sb.Len() < BodyLimitDefault-64; keys++ {
 		fmt.Fprintf(&sb, `,"k%06d":0`, keys)
 	}
 	sb.WriteString("}")
@@ -26,12 +34,12 @@ func TestDecodeStrictUnknownKeysMemory(t *testing.T) {
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := decodeStrict[usageEventRequest](body, "")
+	_, err := DecodeStrict[event](body, "")
 	runtime.ReadMemStats(&after)
 
-	var de *decodeError
+	var de *DecodeError
 	require.ErrorAs(t, err, &de)
-	require.Len(t, de.fields, problemErrorsMax)
-	require.Equal(t, keys-problemErrorsMax, de.omitted)
+	require.Len(t, de.Fields, problemErrorsMax)
+	require.Equal(t, keys-problemErrorsMax, de.Omitted)
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "bytes allocated to decode %d bytes", len(body))
 }
