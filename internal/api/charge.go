@@ -9,6 +9,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 // chargeResponse is a charge as the API shows it (and as notifications
@@ -141,6 +142,7 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 	}
 	type response struct {
 		chargeResponse
+		LineItems   []chargeLine             `json:"line_items"`
 		Attempts    []attempt                `json:"attempts"`
 		Transitions []transition             `json:"transitions"`
 		Actions     []operatorActionResponse `json:"actions"`
@@ -178,9 +180,18 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		resp := response{chargeResponse: newChargeResponse(c), Attempts: []attempt{}, Transitions: []transition{},
+		lines, err := l.ChargeLines(r.Context(), id)
+		if err != nil {
+			httpjson.WriteError(logger, w, r, err)
+			return
+		}
+		resp := response{chargeResponse: newChargeResponse(c), LineItems: make([]chargeLine, 0, len(lines)),
+			Attempts: []attempt{}, Transitions: []transition{},
 			Actions: make([]operatorActionResponse, 0, len(actions)), Refunds: make([]refund, 0, len(refunds)),
 			Disputes: make([]dispute, 0, len(disputes))}
+		for _, li := range lines {
+			resp.LineItems = append(resp.LineItems, newChargeLine(li))
+		}
 		for _, a := range attempts {
 			resp.Attempts = append(resp.Attempts, attempt{
 				Attempt: a.Attempt, KeyGeneration: a.KeyGeneration, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
@@ -211,4 +222,54 @@ func handleChargeGet(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		}
 		httpjson.Encode(w, http.StatusOK, resp)
 	})
+}
+
+// chargeLine is one line of a charge as GET /v1/charges/{id} shows it:
+// decimals as strings, exact; a usage line's rating beside its amount.
+type chargeLine struct {
+	Line           int32            `json:"line"`
+	Kind           string           `json:"kind"`
+	EventCount     int64            `json:"event_count"`
+	ExactAmount    string           `json:"exact_amount"`
+	AmountCents    int64            `json:"amount_cents"`
+	Metric         string           `json:"metric,omitempty"`
+	PlanID         string           `json:"plan_id,omitempty"`
+	PlanVersion    int32            `json:"plan_version,omitempty"`
+	Model          string           `json:"model,omitempty"`
+	Quantity       string           `json:"quantity,omitempty"`
+	Tiers          []chargeLineTier `json:"tiers,omitempty"`
+	Packages       string           `json:"packages,omitempty"`
+	Subtotal       string           `json:"subtotal,omitempty"`
+	MinimumApplied *bool            `json:"minimum_applied,omitempty"`
+}
+
+// chargeLineTier is one tier of a usage line: the tier's number in the price
+// (from 1), the units priced in it, its unit and flat amounts and what it
+// comes to, exact.
+type chargeLineTier struct {
+	Tier       int    `json:"tier"`
+	Quantity   string `json:"quantity"`
+	UnitAmount string `json:"unit_amount"`
+	FlatAmount string `json:"flat_amount"`
+	Amount     string `json:"amount"`
+}
+
+func newChargeLine(li ledger.ChargeLine) chargeLine {
+	out := chargeLine{Line: li.Line, Kind: string(li.Kind), EventCount: li.EventCount,
+		ExactAmount: li.ExactAmount.Text('f'), AmountCents: li.AmountCents}
+	u := li.Usage
+	if u == nil {
+		return out
+	}
+	r := u.Rated
+	out.Metric, out.PlanID, out.PlanVersion, out.Model = u.Metric, u.PlanID, u.PlanVersion, string(r.Model)
+	out.Quantity, out.Subtotal, out.MinimumApplied = r.Quantity.Text('f'), r.Subtotal.Text('f'), &r.MinimumApplied
+	if r.Model == pricing.ModelPackage {
+		out.Packages = r.Packages.Text('f')
+	}
+	for _, t := range r.Tiers {
+		out.Tiers = append(out.Tiers, chargeLineTier{Tier: t.Tier + 1, Quantity: t.Quantity.Text('f'),
+			UnitAmount: t.UnitAmount.Text('f'), FlatAmount: t.FlatAmount.Text('f'), Amount: t.Amount.Text('f')})
+	}
+	return out
 }

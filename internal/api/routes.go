@@ -55,6 +55,7 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("POST /v1/usage-events", auth(ledger.ScopeUsageWrite, ingest.UsageEventCreate(logger, o.metrics, l.UsageEventRecord)))
 	mux.Handle("POST /v1/usage-events/batch", auth(ledger.ScopeUsageWrite, ingest.UsageEventBatch(logger, o.metrics, l.UsageEventRecordBatch, l.UsageEventCheckBatch)))
+	mux.Handle("POST /v1/usage-events/void", auth(ledger.ScopeUsageWrite, ingest.UsageEventVoid(logger, actorFrom, l.UsageEventVoid)))
 
 	mux.Handle("POST /v1/stripe/webhooks", ingest.StripeWebhook(logger, l.StripeEventRecord, webhookSecret))
 
