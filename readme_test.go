@@ -69,6 +69,8 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.Contains(t, out, `"customer_id":"acme"`)
 	require.Contains(t, out, `"stripe_customer_id":"cus_acme"`)
 	require.Contains(t, out, `"event_id":"evt-0001"`)
+	require.Contains(t, out, `"event_id":"evt-0002"`)
+	require.Contains(t, out, `"plan_id":"std","version":1`, "the plan put")
 	require.Contains(t, out, `"status":"closed"`, "the period close")
 	if !regexp.MustCompile(`"status":"succeeded"`).MatchString(out) {
 		// "Within a couple of seconds": on a loaded machine the block's
@@ -95,12 +97,14 @@ func TestReadmeQuickStart(t *testing.T) {
 	// The ledger in plain SQL.
 	out = run(blocks[2])
 	require.Regexp(t, `acme\s+\|\s+evt-0001\s+\|`, out)
-	require.Regexp(t, `acme\s+\|\s+\S+\s+\|\s+succeeded\s+\|\s+1250\s+\|\s+pi_`, out)
+	require.Regexp(t, `acme\s+\|\s+\S+\s+\|\s+succeeded\s+\|\s+1800\s+\|\s+pi_`, out)
+	require.Regexp(t, `\|\s+1\s+\|\s+usage\s+\|\s+api_calls\s+\|\s+1500\s+\|\s+550\s+\|\s+550\b`, out, "the rated line")
+	require.Regexp(t, `\|\s+2\s+\|\s+pre_priced\s+\|\s+\|\s+\|\s+1250\s+\|\s+1250\b`, out)
 
 	// The simulator's own record, from the line after the blocks.
 	sim := regexp.MustCompile("`(curl -s http://127\\.0\\.0\\.1:12111/_sim/payment_intents)`").FindStringSubmatch(string(readme))
 	require.NotNil(t, sim, "the simulator's curl line of the quick start")
-	require.Regexp(t, `"amount":1250`, run(sim[1]))
+	require.Regexp(t, `"amount":1800`, run(sim[1]))
 }
 
 // quickStartBlocks returns the fenced blocks of README's "## Quick start"
