@@ -41,6 +41,10 @@ type run struct {
 	// after the grace for calls already past their claim: a violation.
 	pauseLeaks int
 
+	// plans is every plan version the run put, as the API numbered it.
+	plans   planBook
+	plansMu sync.Mutex
+
 	workTotal int
 	workDone  atomic.Int64 // units of work posted so far
 }
@@ -66,7 +70,7 @@ func (r *run) fault(name string) {
 // report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
-	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}}
+	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}, plans: planBook{}}
 	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
 
 	r.binDir = filepath.Join(cfg.WorkDir, "bin")
@@ -232,7 +236,10 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	stats.mu.Lock()
 	acked := stats.acked
 	stats.mu.Unlock()
-	violations, byStatus, err := check(ctx, conn, pis, acked, expect)
+	r.plansMu.Lock()
+	plans := r.plans
+	r.plansMu.Unlock()
+	violations, byStatus, lines, err := check(ctx, conn, pis, acked, expect, plans)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +265,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
 		EventsInLedger: inLedger, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
-		Charges: byStatus, PaymentIntents: len(pis), Violations: violations,
+		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Violations: violations,
 	}, nil
 }
 
