@@ -36,9 +36,9 @@ type periodKey struct{ customer, period string }
 // each acknowledged event's amount (cents, or a quantity in thousandths),
 // plans every plan version the run put, with which checkLines rates every
 // charge's lines again. It returns one line per violation, the charges by
-// status and how many lines it checked.
+// status and the lines it checked, counted as checkLines counts them.
 func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, acked map[string]int64, expect map[string]expectation,
-	plans planBook) ([]string, map[string]int, int, error) {
+	plans planBook) ([]string, map[string]int, map[string]int, error) {
 	var violations []string
 	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 
@@ -46,18 +46,18 @@ func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, ack
 	counts := map[key]int64{} // events counted (not voided) per period
 	rows, err := conn.Query(ctx, `SELECT customer_id, period, count(*) FROM billing.usage_events_counted GROUP BY 1, 2`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k key
 		var n int64
 		if err := rows.Scan(&k.customer, &k.period, &n); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		counts[k] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 
 	// Every event stays in billing.usage_events, voided or not: an
@@ -65,14 +65,14 @@ func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, ack
 	stored := map[string]string{}
 	rows, err = conn.Query(ctx, `SELECT customer_id || '/' || event_id, amount_cents, quantity::text FROM billing.usage_events`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k string
 		var amount *int64
 		var quantity *string
 		if err := rows.Scan(&k, &amount, &quantity); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		if _, dup := stored[k]; dup {
 			bad("event %s is in the ledger twice", k)
@@ -87,7 +87,7 @@ func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, ack
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for k, amount := range acked {
 		got, ok := stored[k]
@@ -120,7 +120,7 @@ SELECT customer_id, period, id, status, amount_cents, event_count, coalesce(stri
        coalesce(failure_code, ''), coalesce(held_reason, ''), carried_in_cents, carried_into
 FROM billing.charges`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	carriedInto := map[int64]int64{} // charge id → the amounts carried into it
 	for rows.Next() {
@@ -128,7 +128,7 @@ FROM billing.charges`)
 		var c charge
 		if err := rows.Scan(&k.customer, &k.period, &c.id, &c.status, &c.amount, &c.events, &c.pi, &c.failureCode, &c.heldReason,
 			&c.carriedIn, &c.carriedInto); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		charges[k] = c
 		byStatus[c.status]++
@@ -137,7 +137,7 @@ FROM billing.charges`)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	// A total below Stripe's minimum is carried forward, whole, into the
 	// customer's next charge: each charge carries in exactly what points to it.
@@ -151,7 +151,7 @@ FROM billing.charges`)
 	// each charge must come to.
 	lineViolations, want, lines, err := checkLines(ctx, conn, plans)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	violations = append(violations, lineViolations...)
 
@@ -263,13 +263,13 @@ SELECT s.period, s.currency, s.reserved_cents,
                    AND (c.status = 'succeeded' OR (c.status = 'held' AND c.budget_reserved))), 0)::bigint
 FROM billing.period_spend s`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var period, currency string
 		var reserved, charged int64
 		if err := rows.Scan(&period, &currency, &reserved, &charged); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		if reserved != charged {
 			bad("spend of %s %s is %d; its succeeded charges sum to %d", period, currency, reserved, charged)
@@ -279,7 +279,7 @@ FROM billing.period_spend s`)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	return violations, byStatus, lines, nil
 }

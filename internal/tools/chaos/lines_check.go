@@ -48,39 +48,40 @@ type periodPlanVersion struct {
 // events' count and sum; a carried line with what the charge carried in;
 // no other line; and the charge's amount the sum of its lines. It returns
 // the violations, what each charge must come to (the sum of the lines
-// rated here) and how many lines it checked.
-func checkLines(ctx context.Context, conn *pgx.Conn, plans planBook) ([]string, map[periodKey]int64, int, error) {
+// rated here) and the lines it checked, counted by what they cover
+// (lineCounts).
+func checkLines(ctx context.Context, conn *pgx.Conn, plans planBook) ([]string, map[periodKey]int64, map[string]int, error) {
 	var violations []string
 	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 
 	periodPlans := map[periodKey]periodPlanVersion{}
 	rows, err := conn.Query(ctx, `SELECT customer_id, period, plan_id, plan_version FROM billing.periods WHERE plan_id IS NOT NULL`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k periodKey
 		var p periodPlanVersion
 		if err := rows.Scan(&k.customer, &k.period, &p.id, &p.version); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		periodPlans[k] = p
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 
 	events := map[periodKey]*periodEvents{}
 	rows, err = conn.Query(ctx, `SELECT customer_id, period, amount_cents, metric, quantity::text FROM billing.usage_events_counted`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k periodKey
 		var amount *int64
 		var metric, quantity *string
 		if err := rows.Scan(&k.customer, &k.period, &amount, &metric, &quantity); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		e := events[k]
 		if e == nil {
@@ -98,7 +99,7 @@ func checkLines(ctx context.Context, conn *pgx.Conn, plans planBook) ([]string, 
 		}
 		q, err := rat(*quantity)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("error reading a quantity of %s/%s: %w", k.customer, k.period, err)
+			return nil, nil, nil, fmt.Errorf("error reading a quantity of %s/%s: %w", k.customer, k.period, err)
 		}
 		m := e.metrics[*metric]
 		if m == nil {
@@ -109,7 +110,7 @@ func checkLines(ctx context.Context, conn *pgx.Conn, plans planBook) ([]string, 
 		m.quantity.Add(m.quantity, q)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 
 	linesOf := map[int64][]ledgerLine{}
@@ -118,21 +119,23 @@ SELECT charge_id, line, kind, coalesce(metric, ''), coalesce(plan_id, ''), coale
        coalesce(quantity::text, ''), event_count, exact_amount::text, amount_cents
 FROM billing.charge_lines ORDER BY charge_id, line`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
-	checked := 0
+	checked := map[string]int{}
 	for rows.Next() {
 		var id int64
 		var l ledgerLine
 		if err := rows.Scan(&id, &l.line, &l.kind, &l.metric, &l.planID, &l.planVersion, &l.quantity, &l.events,
 			&l.exactAmount, &l.amount); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		linesOf[id] = append(linesOf[id], l)
-		checked++
+		if l.kind != "usage" {
+			checked[l.kind]++
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 
 	type charge struct {
@@ -142,17 +145,17 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 	var charges []charge
 	rows, err = conn.Query(ctx, `SELECT customer_id, period, id, amount_cents, carried_in_cents FROM billing.charges ORDER BY id`)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var c charge
 		if err := rows.Scan(&c.key.customer, &c.key.period, &c.id, &c.amount, &c.carriedIn); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, err
 		}
 		charges = append(charges, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 
 	want := map[periodKey]int64{}
@@ -201,6 +204,7 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 				continue
 			}
 			total += cents
+			countUsage(checked, plan, price, m.quantity)
 			if !ok {
 				bad("%s has no line for %s %s (%d events), which rate to %d", of, ratText(m.quantity), metric, m.events, cents)
 				continue
@@ -240,6 +244,30 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 	}
 	sort.Strings(violations)
 	return violations, want, checked, nil
+}
+
+// countUsage counts a usage line rated here: by plan version, and whether
+// its quantity is zero or exactly on a tier bound or a whole number of
+// packages, which the workload aims at.
+func countUsage(counts map[string]int, plan periodPlanVersion, p priceDef, q *big.Rat) {
+	counts[fmt.Sprintf("usage %s v%d", plan.id, plan.version)]++
+	if q.Sign() == 0 {
+		counts["usage of zero"]++
+		return
+	}
+	onBound := false
+	for _, t := range p.Tiers {
+		if t.UpTo != nil {
+			b, err := rat(*t.UpTo)
+			onBound = onBound || (err == nil && b.Cmp(q) == 0)
+		}
+	}
+	if size, err := rat(p.PackageSize); p.Model == "package" && err == nil {
+		onBound = new(big.Rat).Quo(q, size).IsInt()
+	}
+	if onBound {
+		counts["usage on a bound"]++
+	}
 }
 
 // ratText writes r as a decimal with as many digits as it needs (up to 12

@@ -66,7 +66,8 @@ func TestCheckLines(t *testing.T) {
 	violations, want, lines, err := checkLines(ctx, conn, book)
 	require.NoError(t, err)
 	require.Empty(t, violations)
-	require.Equal(t, 5, lines, "api_calls, seats, storage_gb and pre_priced lines for tiered; pre_priced for plain")
+	require.Equal(t, map[string]int{"usage chaos-tiered v1": 3, "usage of zero": 1, "usage on a bound": 1, "pre_priced": 2}, lines,
+		"api_calls (1000, a bound), seats (0) and storage_gb lines on version 1 and a pre_priced line for tiered; pre_priced for plain")
 	// 1000 × 0.5 + (10.001 × 20 + 50 = 250.02 → 250) + 0 + 125, worked out by hand.
 	require.Equal(t, int64(875), want[periodKey{"tiered", "2026-11"}])
 	require.Equal(t, int64(875), charges["tiered"].AmountCents)
