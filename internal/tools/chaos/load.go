@@ -391,12 +391,18 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 	}
 	work = sorted
 
-	// Duplicates and conflicts go after a random later point of the run.
+	// Duplicates and conflicts go at a random point of the run; a late
+	// event's after the first late post, so they do not open its period
+	// before the plan's second version.
+	firstLate := sort.SearchFloat64s(sortedAt(at, order), planVersion2At+0.05)
 	for _, e := range planned {
 		switch r := rnd.IntN(1000); {
 		case r < 100:
 			for range 1 + rnd.IntN(3) {
 				at := rnd.IntN(len(work) + 1)
+				if late(e) {
+					at = min(firstLate, len(work)) + rnd.IntN(len(work)+1-min(firstLate, len(work)))
+				}
 				dup := post{events: []*plannedEvent{e}, replica: rnd.IntN(2)}
 				if rnd.IntN(4) == 0 && at < len(work) && len(work[at].events) > 1 {
 					// A duplicate inside a batch with other events.
@@ -411,4 +417,13 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 		}
 	}
 	return work, planned
+}
+
+// sortedAt is at in the order given.
+func sortedAt(at []float64, order []int) []float64 {
+	out := make([]float64, len(order))
+	for i, o := range order {
+		out[i] = at[o]
+	}
+	return out
 }
