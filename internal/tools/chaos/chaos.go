@@ -41,6 +41,10 @@ type run struct {
 	// after the grace for calls already past their claim: a violation.
 	pauseLeaks int
 
+	// plans is every plan version the run put, as the API numbered it.
+	plans   planBook
+	plansMu sync.Mutex
+
 	workTotal int
 	workDone  atomic.Int64 // units of work posted so far
 }
@@ -66,7 +70,7 @@ func (r *run) fault(name string) {
 // report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
-	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}}
+	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}, plans: planBook{}}
 	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
 
 	r.binDir = filepath.Join(cfg.WorkDir, "bin")
@@ -129,14 +133,24 @@ func lastLine(s string) string {
 
 // exercise runs the load with faults, waits for quiescence and checks.
 func (r *run) exercise(ctx context.Context) (*Report, error) {
+	if err := r.putPlan(ctx, chaosPlanVersions[0]); err != nil {
+		return nil, err
+	}
 	customers := make([]string, r.cfg.Customers)
 	expect := map[string]expectation{}
 	for i := range customers {
 		customers[i] = fmt.Sprintf("c-%04d", i)
 		stripeID := fmt.Sprintf("cus_chaos_%04d", i)
-		if _, err := r.producer.do(ctx, http.MethodPut, "/v1/customers/"+customers[i], i%2,
-			map[string]any{"stripe_customer_id": stripeID, "currency": "usd"}); err != nil {
+		body := map[string]any{"stripe_customer_id": stripeID, "currency": "usd"}
+		if planCustomer(i) {
+			body["plan_id"] = chaosPlanID
+		}
+		ans, err := r.producer.do(ctx, http.MethodPut, "/v1/customers/"+customers[i], i%2, body)
+		if err != nil {
 			return nil, err
+		}
+		if ans.status/100 != 2 {
+			return nil, fmt.Errorf("PUT /v1/customers/%s answered %d %s", customers[i], ans.status, ans.code)
 		}
 		switch {
 		case i%40 == 7:
@@ -232,7 +246,10 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	stats.mu.Lock()
 	acked := stats.acked
 	stats.mu.Unlock()
-	violations, byStatus, err := check(ctx, conn, pis, acked, expect)
+	r.plansMu.Lock()
+	plans := r.plans
+	r.plansMu.Unlock()
+	violations, byStatus, lines, err := check(ctx, conn, pis, acked, expect, plans)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +275,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
 		EventsInLedger: inLedger, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
-		Charges: byStatus, PaymentIntents: len(pis), Violations: violations,
+		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Violations: violations,
 	}, nil
 }
 
@@ -289,7 +306,29 @@ func (r *run) produce(ctx context.Context, work []post) {
 	wg.Wait()
 }
 
-// milestones closes the oldest period once 45% of the work is posted,
+// putPlan puts a version of chaosPlanID through the API and records it
+// under the version number the API answered.
+func (r *run) putPlan(ctx context.Context, def planDef) error {
+	ans, err := r.producer.do(ctx, http.MethodPut, "/v1/plans/"+chaosPlanID, 0, def)
+	if err != nil {
+		return fmt.Errorf("error putting plan %s: %w", chaosPlanID, err)
+	}
+	if ans.status/100 != 2 || ans.version < 1 {
+		return fmt.Errorf("PUT /v1/plans/%s answered %d %s (version %d)", chaosPlanID, ans.status, ans.code, ans.version)
+	}
+	r.plansMu.Lock()
+	r.plans.add(chaosPlanID, ans.version, def)
+	r.plansMu.Unlock()
+	r.fault(fmt.Sprintf("plan version %d put", ans.version))
+	return nil
+}
+
+// planVersion2At is the share of the work after which the plan's second
+// version is put.
+const planVersion2At = 0.25
+
+// milestones puts the plan's second version at planVersion2At, closes the
+// oldest period once 45% of the work is posted,
 // pauses charging (the kill switch) at 47% while those charges run, restarts
 // Postgres at 55%, and closes the middle period at 80% — the points up to
 // which planLoad placed most of each period's events.
@@ -298,6 +337,11 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 		at float64
 		do func()
 	}{
+		{planVersion2At, func() {
+			if err := r.putPlan(context.WithoutCancel(ctx), chaosPlanVersions[1]); err != nil {
+				r.logf("%v", err)
+			}
+		}},
 		{0.45, func() { r.closeAll(ctx, customers, periods[:1]) }},
 		{0.47, func() { r.killSwitch(ctx) }},
 		{0.55, func() {

@@ -44,6 +44,11 @@ func TestChaosShort(t *testing.T) {
 	}
 	require.Positive(t, report.EventsAcked)
 	require.Positive(t, report.Faults["kill"])
+	// The plan customers' periods were rated, with both versions, and the
+	// check saw zero quantities and quantities exactly on a bound.
+	for _, k := range []string{"usage " + chaosPlanID + " v1", "usage " + chaosPlanID + " v2", "usage of zero", "usage on a bound", "pre_priced", "carried"} {
+		require.Positive(t, report.Lines[k], "charge lines: %s", k)
+	}
 }
 
 type testWriter struct{ t *testing.T }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,60 +28,83 @@ type expectation struct {
 	declines int
 }
 
+// periodKey is a customer's period.
+type periodKey struct{ customer, period string }
+
 // check verifies the promise from the ledger's tables and the simulator's
-// own record of PaymentIntents, independently of Tally's code. It returns one
-// line per violation.
-func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, acked map[string]int64, expect map[string]expectation) ([]string, map[string]int, error) {
+// own record of PaymentIntents, independently of Tally's code: acked holds
+// each acknowledged event's amount (cents, or a quantity in thousandths),
+// plans every plan version the run put, with which checkLines rates every
+// charge's lines again. It returns one line per violation, the charges by
+// status and the lines it checked, counted as checkLines counts them.
+func check(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentIntent, acked map[string]int64, expect map[string]expectation,
+	plans planBook) ([]string, map[string]int, map[string]int, error) {
 	var violations []string
 	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 
-	type key struct{ customer, period string }
-	type sum struct {
-		count, total int64
-	}
-	sums := map[key]sum{}
-	rows, err := conn.Query(ctx, `SELECT customer_id, period, count(*), sum(amount_cents)::bigint FROM billing.usage_events GROUP BY 1, 2`)
+	type key = periodKey
+	counts := map[key]int64{} // events counted (not voided) per period
+	rows, err := conn.Query(ctx, `SELECT customer_id, period, count(*) FROM billing.usage_events_counted GROUP BY 1, 2`)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k key
-		var s sum
-		if err := rows.Scan(&k.customer, &k.period, &s.count, &s.total); err != nil {
-			return nil, nil, err
+		var n int64
+		if err := rows.Scan(&k.customer, &k.period, &n); err != nil {
+			return nil, nil, nil, err
 		}
-		sums[k] = s
+		counts[k] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 
-	stored := map[string]int64{}
-	rows, err = conn.Query(ctx, `SELECT customer_id || '/' || event_id, amount_cents FROM billing.usage_events`)
+	// Every event stays in billing.usage_events, voided or not: an
+	// acknowledged event must be there, once, as sent.
+	stored := map[string]string{}
+	rows, err = conn.Query(ctx, `SELECT customer_id || '/' || event_id, amount_cents, quantity::text FROM billing.usage_events`)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var k string
-		var a int64
-		if err := rows.Scan(&k, &a); err != nil {
-			return nil, nil, err
+		var amount *int64
+		var quantity *string
+		if err := rows.Scan(&k, &amount, &quantity); err != nil {
+			return nil, nil, nil, err
 		}
 		if _, dup := stored[k]; dup {
 			bad("event %s is in the ledger twice", k)
 		}
-		stored[k] = a
+		switch {
+		case amount != nil:
+			stored[k] = fmt.Sprintf("amount_cents %d", *amount)
+		case quantity != nil:
+			stored[k] = "quantity " + *quantity
+		default:
+			stored[k] = "neither amount_cents nor quantity"
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for k, amount := range acked {
 		got, ok := stored[k]
+		want := fmt.Sprintf("amount_cents %d", amount)
+		if strings.HasPrefix(got, "quantity ") {
+			// A quantity is stored without trailing zeros: compare exactly.
+			sent := big.NewRat(amount, 1000) // quantities are acknowledged in thousandths
+			want = "quantity " + ratText(sent)
+			if q, err := rat(strings.TrimPrefix(got, "quantity ")); err == nil && q.Cmp(sent) == 0 {
+				got = want
+			}
+		}
 		switch {
 		case !ok:
 			bad("event %s got a 2xx but is not in the ledger", k)
-		case got != amount:
-			bad("event %s acknowledged with amount %d is stored with %d", k, amount, got)
+		case got != want:
+			bad("event %s acknowledged with %s is stored with %s", k, want, got)
 		}
 	}
 
@@ -96,7 +120,7 @@ SELECT customer_id, period, id, status, amount_cents, event_count, coalesce(stri
        coalesce(failure_code, ''), coalesce(held_reason, ''), carried_in_cents, carried_into
 FROM billing.charges`)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	carriedInto := map[int64]int64{} // charge id → the amounts carried into it
 	for rows.Next() {
@@ -104,7 +128,7 @@ FROM billing.charges`)
 		var c charge
 		if err := rows.Scan(&k.customer, &k.period, &c.id, &c.status, &c.amount, &c.events, &c.pi, &c.failureCode, &c.heldReason,
 			&c.carriedIn, &c.carriedInto); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		charges[k] = c
 		byStatus[c.status]++
@@ -113,7 +137,7 @@ FROM billing.charges`)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// A total below Stripe's minimum is carried forward, whole, into the
 	// customer's next charge: each charge carries in exactly what points to it.
@@ -123,36 +147,48 @@ FROM billing.charges`)
 		}
 	}
 
+	// Each charge's lines, rated again here from the events: want is what
+	// each charge must come to.
+	lineViolations, want, lines, err := checkLines(ctx, conn, plans)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	violations = append(violations, lineViolations...)
+
 	pisOf := map[key][]*stripe.PaymentIntent{}
 	for _, pi := range pis {
 		k := key{pi.Metadata["customer_id"], pi.Metadata["period"]}
 		pisOf[k] = append(pisOf[k], pi)
-		s, ok := sums[k]
-		if !ok {
+		if _, ok := counts[k]; !ok {
 			bad("PaymentIntent %s is for %s/%s, which has no events", pi.ID, k.customer, k.period)
 			continue
 		}
-		if want := s.total + charges[k].carriedIn; pi.Amount != want {
-			bad("PaymentIntent %s of %s/%s is for %d, the ledger sums to %d (%d carried in)", pi.ID, k.customer, k.period, pi.Amount, want, charges[k].carriedIn)
+		w, ok := want[k]
+		if !ok {
+			bad("PaymentIntent %s is for %s/%s, which has no charge", pi.ID, k.customer, k.period)
+			continue
+		}
+		if pi.Amount != w {
+			bad("PaymentIntent %s of %s/%s is for %d, the events rated again come to %d (%d carried in)", pi.ID, k.customer, k.period,
+				pi.Amount, w, charges[k].carriedIn)
 		}
 	}
 
 	canceledOf := map[string]int{} // customer → PaymentIntents canceled
-	keys := make([]key, 0, len(sums))
-	for k := range sums {
+	keys := make([]key, 0, len(counts))
+	for k := range counts {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].customer+keys[i].period < keys[j].customer+keys[j].period })
 	for _, k := range keys {
-		s := sums[k]
 		c, ok := charges[k]
 		if !ok {
-			bad("%s/%s has %d events totalling %d and no charge", k.customer, k.period, s.count, s.total)
+			bad("%s/%s has %d events and no charge", k.customer, k.period, counts[k])
 			continue
 		}
-		if c.amount-c.carriedIn != s.total || c.events != s.count {
-			bad("charge of %s/%s is %d (%d carried in) for %d events; the ledger has %d for %d", k.customer, k.period,
-				c.amount, c.carriedIn, c.events, s.total, s.count)
+		if c.amount != want[k] || c.events != counts[k] {
+			bad("charge of %s/%s is %d (%d carried in) for %d events; its events rated again come to %d for %d", k.customer, k.period,
+				c.amount, c.carriedIn, c.events, want[k], counts[k])
 		}
 		mine := pisOf[k]
 		// At most one succeeded PaymentIntent per charge; every one but the
@@ -227,13 +263,13 @@ SELECT s.period, s.currency, s.reserved_cents,
                    AND (c.status = 'succeeded' OR (c.status = 'held' AND c.budget_reserved))), 0)::bigint
 FROM billing.period_spend s`)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for rows.Next() {
 		var period, currency string
 		var reserved, charged int64
 		if err := rows.Scan(&period, &currency, &reserved, &charged); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if reserved != charged {
 			bad("spend of %s %s is %d; its succeeded charges sum to %d", period, currency, reserved, charged)
@@ -243,9 +279,9 @@ FROM billing.period_spend s`)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return violations, byStatus, nil
+	return violations, byStatus, lines, nil
 }
 
 // checkNotifications verifies the producer's side: every notification Tally

@@ -6,9 +6,12 @@
 // SIGKILLed replicas, Stripe latency past the timeout, stored 500s, dropped
 // connections, 429 bursts, declines, a simulator clock jump past the key
 // window, duplicated and reordered webhooks, terminated Postgres backends, a
-// Postgres restart and late redrives. It then checks the result from the
+// Postgres restart and late redrives. A third of the customers are on a
+// tiered plan (graduated, volume and package prices; a second version
+// mid-run) and send quantity events. It then checks the result from the
 // ledger's tables and the simulator's own record, independently of Tally's
-// code, and reports.
+// code — every charge line is rated again with this package's own rating
+// (rating.go, lines_check.go) — and reports.
 //
 // The failover drill (RunFailover, failover.go) proves the promise across
 // a database failover. A primary streams to a standby through a pausable

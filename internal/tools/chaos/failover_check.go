@@ -73,7 +73,11 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentInt
 
 	stored := map[string]int64{}
 	sums := map[key]int64{}
-	rows, err := conn.Query(ctx, `SELECT customer_id, event_id, period, amount_cents FROM billing.usage_events`)
+	// Every event is kept (stored); a period's sum counts those not voided
+	// (billing.usage_events_counted).
+	rows, err := conn.Query(ctx, `
+SELECT e.customer_id, e.event_id, e.period, e.amount_cents, c.event_id IS NOT NULL
+FROM billing.usage_events e LEFT JOIN billing.usage_events_counted c USING (customer_id, event_id)`)
 	if err != nil {
 		return fmt.Errorf("error reading usage events: %w", err)
 	}
@@ -81,11 +85,14 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentInt
 		var k key
 		var id string
 		var amount int64
-		if err := rows.Scan(&k.customer, &id, &k.period, &amount); err != nil {
+		var counted bool
+		if err := rows.Scan(&k.customer, &id, &k.period, &amount, &counted); err != nil {
 			return fmt.Errorf("error reading usage events: %w", err)
 		}
 		stored[k.customer+"/"+id] = amount
-		sums[k] += amount
+		if counted {
+			sums[k] += amount
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("error reading usage events: %w", err)

@@ -14,20 +14,41 @@ import (
 	"time"
 )
 
-// plannedEvent is one distinct usage event of the run.
+// plannedEvent is one distinct usage event of the run: pre-priced
+// (amount_cents, metric "chaos" as a label) or, with metric set, a quantity
+// of metric.
 type plannedEvent struct {
-	id         string
-	customer   string
-	period     string
+	id       string
+	customer string
+	period   string
+	// amount is a pre-priced event's amount in cents, or a quantity event's
+	// quantity in thousandths of a unit (quantityText).
 	amount     int64
+	metric     string
 	occurredAt time.Time
 }
 
+// body is the event as posted, with amount (cents or thousandths of a
+// unit) in place of e.amount, for conflicting re-posts. A quantity goes as
+// a JSON number or, for an odd amount, as a decimal in a string: the API
+// takes both.
 func (e *plannedEvent) body(amount int64) map[string]any {
-	return map[string]any{
-		"customer_id": e.customer, "event_id": e.id, "amount_cents": amount,
-		"occurred_at": e.occurredAt.Format(time.RFC3339Nano), "metric": "chaos",
+	b := map[string]any{"customer_id": e.customer, "event_id": e.id, "occurred_at": e.occurredAt.Format(time.RFC3339Nano)}
+	if e.metric == "" {
+		b["amount_cents"], b["metric"] = amount, "chaos"
+		return b
 	}
+	b["metric"], b["quantity"] = e.metric, json.Number(quantityText(amount))
+	if amount%2 != 0 {
+		b["quantity"] = quantityText(amount)
+	}
+	return b
+}
+
+// quantityText writes a quantity in thousandths as a decimal, always with
+// three digits after the point ("1000.000", "0.005").
+func quantityText(milli int64) string {
+	return fmt.Sprintf("%d.%03d", milli/1000, milli%1000)
 }
 
 // post is one unit of the producers' work: a single event, or a batch.
@@ -80,9 +101,10 @@ type producer struct {
 }
 
 type apiAnswer struct {
-	status int
-	code   string
-	items  []struct {
+	status  int
+	code    string
+	version int32 // a plan version's, from PUT /v1/plans/{plan_id}
+	items   []struct {
 		Index int    `json:"index"`
 		Code  string `json:"code"`
 	}
@@ -111,14 +133,15 @@ func (p *producer) do(ctx context.Context, method, path string, replica int, bod
 			resp.Body.Close()
 			var ans apiAnswer
 			var parsed struct {
-				Code  string `json:"code"`
-				Items []struct {
+				Code    string `json:"code"`
+				Version int32  `json:"version"`
+				Items   []struct {
 					Index int    `json:"index"`
 					Code  string `json:"code"`
 				} `json:"items"`
 			}
 			_ = json.Unmarshal(raw, &parsed)
-			ans.status, ans.code, ans.items = resp.StatusCode, parsed.Code, parsed.Items
+			ans.status, ans.code, ans.version, ans.items = resp.StatusCode, parsed.Code, parsed.Version, parsed.Items
 			p.stats.response(resp.StatusCode, parsed.Code)
 			if resp.StatusCode < 500 {
 				return ans, nil
@@ -201,48 +224,150 @@ func (p *producer) postOne(ctx context.Context, e *plannedEvent, replica int) {
 // periods' totals fall below Stripe's minimum and are carried forward.
 func smallCustomer(i int) bool { return i%25 == 11 }
 
+// planCustomer reports whether customer i is on chaosPlanID: a third of
+// the customers (none of the small ones), whose events are mostly
+// quantities rated at the close.
+func planCustomer(i int) bool { return i%3 == 1 && !smallCustomer(i) }
+
+// chaosTargets are, per metric, the net quantities (in thousandths) a
+// plan customer's period is made to reach, one chosen at random with its
+// events splitting it: zero, exactly on a tier or package bound of either
+// version, just either side of one, under a minimum, or anything. Events
+// refused (posted after their period closed) or conflicting re-posts may
+// move a period off its target; the check rates whatever the ledger holds.
+var chaosTargets = map[string][]int64{
+	"api_calls":  {0, 1_000_000, 10_000_000, 999_999, 1_000_001, -20_000_000},
+	"storage_gb": {0, 10_000, 100_000, 10_001, 500, -300_000},
+	"seats":      {0, 5_000, 10_000, 20_000, 7_500, -40_000},
+}
+
+// planEvents makes the quantity events of the plan customers, about budget
+// of them: for each (customer, period, metric), in random order, a target
+// from chaosTargets (a negative one means a random quantity up to its
+// magnitude) split into a few events with three decimals each, until the
+// budget is spent. A sixth of the triples get no events (a metric without
+// a line).
+func planEvents(rnd *rand.Rand, customers []string, periods []time.Time, budget int, newEvent func(c int, start time.Time) *plannedEvent) []*plannedEvent {
+	type triple struct {
+		c      int
+		start  time.Time
+		metric string
+	}
+	var triples []triple
+	for c := range customers {
+		if !planCustomer(c) {
+			continue
+		}
+		for _, p := range periods {
+			for _, m := range sortedKeys(chaosTargets) {
+				triples = append(triples, triple{c, p, m})
+			}
+		}
+	}
+	if len(triples) == 0 || budget <= 0 {
+		return nil
+	}
+	rnd.Shuffle(len(triples), func(i, j int) { triples[i], triples[j] = triples[j], triples[i] })
+	avg := max(1, budget/len(triples))
+	var out []*plannedEvent
+	for _, t := range triples {
+		if len(out) >= budget {
+			break
+		}
+		if rnd.IntN(6) == 0 {
+			continue
+		}
+		targets := chaosTargets[t.metric]
+		target := targets[rnd.IntN(len(targets))]
+		if target < 0 {
+			target = rnd.Int64N(-target + 1)
+		}
+		n := 1 + rnd.IntN(2*avg)
+		cuts := make([]int64, n+1)
+		cuts[n] = target
+		for i := 1; i < n; i++ {
+			cuts[i] = rnd.Int64N(target + 1)
+		}
+		sort.Slice(cuts, func(i, j int) bool { return cuts[i] < cuts[j] })
+		for i := range n {
+			e := newEvent(t.c, t.start)
+			e.metric, e.amount = t.metric, cuts[i+1]-cuts[i]
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // planLoad makes the run's events and the order they are posted in: each
 // event once, 10% of them again one to three times (half of those to the
 // other replica, some inside batches), a few conflicting re-posts, and about
-// a third of the events grouped in batches.
+// a third of the events grouped in batches. The plan customers' share of
+// the events are quantity events (planEvents); the rest are pre-priced, of
+// any customer. The plan customers' events in the last period come after
+// 30% of the run, after the plan got its second version (at
+// planVersion2At), so their last periods open with it.
 func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events int) ([]post, []*plannedEvent) {
-	planned := make([]*plannedEvent, events)
 	now := time.Now()
-	for i := range planned {
-		start := periods[rnd.IntN(len(periods))]
+	newEvent := func(c int, start time.Time) *plannedEvent {
 		span := min(time.Hour, now.Sub(start)) // never in the future
 		occurred := start.Add(time.Duration(rnd.Int64N(int64(max(span, time.Second)))))
-		c := rnd.IntN(len(customers))
-		amount := 1 + rnd.Int64N(5000)
-		if smallCustomer(c) {
-			amount = 1 // totals below Stripe's minimum: carried forward
-		}
-		planned[i] = &plannedEvent{
-			id: fmt.Sprintf("ev-%06d", i), customer: customers[c],
-			period: start.Format("2006-01-02T15"), amount: amount, occurredAt: occurred,
+		return &plannedEvent{customer: customers[c], period: start.Format("2006-01-02T15"), occurredAt: occurred}
+	}
+	onPlan := 0
+	for c := range customers {
+		if planCustomer(c) {
+			onPlan++
 		}
 	}
-	// Batches hold events of one period (of any customers).
-	byPeriod := map[string][]*plannedEvent{}
+	planned := planEvents(rnd, customers, periods, events*onPlan/max(len(customers), 1), newEvent)
+	for len(planned) < events {
+		c := rnd.IntN(len(customers))
+		e := newEvent(c, periods[rnd.IntN(len(periods))])
+		e.amount = 1 + rnd.Int64N(5000)
+		if smallCustomer(c) {
+			e.amount = 1 // totals below Stripe's minimum: carried forward
+		}
+		planned = append(planned, e)
+	}
+	rnd.Shuffle(len(planned), func(i, j int) { planned[i], planned[j] = planned[j], planned[i] })
+	for i, e := range planned {
+		e.id = fmt.Sprintf("ev-%06d", i)
+	}
+	last := periods[len(periods)-1].Format("2006-01-02T15")
+	isPlan := map[string]bool{}
+	for c, id := range customers {
+		isPlan[id] = planCustomer(c)
+	}
+	late := func(e *plannedEvent) bool { return isPlan[e.customer] && e.period == last }
+	// Batches hold events of one period (of any customers), the plan
+	// customers' late events apart.
+	type group struct {
+		period string
+		late   bool
+	}
+	byGroup := map[group][]*plannedEvent{}
 	for _, e := range planned {
-		byPeriod[e.period] = append(byPeriod[e.period], e)
+		g := group{e.period, late(e)}
+		byGroup[g] = append(byGroup[g], e)
 	}
 	var work []post
 	for _, p := range periods {
-		list := byPeriod[p.Format("2006-01-02T15")]
-		for i := 0; i < len(list); {
-			if rnd.IntN(3) == 0 {
-				n := min(5+rnd.IntN(36), len(list)-i)
-				work = append(work, post{events: list[i : i+n], replica: rnd.IntN(2)})
-				i += n
-				continue
+		for _, l := range []bool{false, true} {
+			list := byGroup[group{p.Format("2006-01-02T15"), l}]
+			for i := 0; i < len(list); {
+				if rnd.IntN(3) == 0 {
+					n := min(5+rnd.IntN(36), len(list)-i)
+					work = append(work, post{events: list[i : i+n], replica: rnd.IntN(2)})
+					i += n
+					continue
+				}
+				work = append(work, post{events: list[i : i+1], replica: rnd.IntN(2)})
+				i++
 			}
-			work = append(work, post{events: list[i : i+1], replica: rnd.IntN(2)})
-			i++
 		}
 	}
-	// Most of a period's events come before it is closed (the oldest at 40%
-	// of the run, the middle one at 70%), as a producer's would; the rest,
+	// Most of a period's events come before it is closed (the oldest at 45%
+	// of the run, the middle one at 80%), as a producer's would; the rest,
 	// and the duplicates below, land after and meet period_closed.
 	closesAt := map[string]float64{}
 	for i, p := range periods {
@@ -251,6 +376,9 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 	at := make([]float64, len(work))
 	for i, w := range work {
 		at[i] = rnd.Float64() * closesAt[w.events[0].period]
+		if late(w.events[0]) {
+			at[i] = planVersion2At + 0.05 + rnd.Float64()*(1-planVersion2At-0.05)
+		}
 	}
 	order := make([]int, len(work))
 	for i := range order {
@@ -263,12 +391,18 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 	}
 	work = sorted
 
-	// Duplicates and conflicts go after a random later point of the run.
+	// Duplicates and conflicts go at a random point of the run; a late
+	// event's after the first late post, so they do not open its period
+	// before the plan's second version.
+	firstLate := sort.SearchFloat64s(sortedAt(at, order), planVersion2At+0.05)
 	for _, e := range planned {
 		switch r := rnd.IntN(1000); {
 		case r < 100:
 			for range 1 + rnd.IntN(3) {
 				at := rnd.IntN(len(work) + 1)
+				if late(e) {
+					at = min(firstLate, len(work)) + rnd.IntN(len(work)+1-min(firstLate, len(work)))
+				}
 				dup := post{events: []*plannedEvent{e}, replica: rnd.IntN(2)}
 				if rnd.IntN(4) == 0 && at < len(work) && len(work[at].events) > 1 {
 					// A duplicate inside a batch with other events.
@@ -283,4 +417,13 @@ func planLoad(rnd *rand.Rand, customers []string, periods []time.Time, events in
 		}
 	}
 	return work, planned
+}
+
+// sortedAt is at in the order given.
+func sortedAt(at []float64, order []int) []float64 {
+	out := make([]float64, len(order))
+	for i, o := range order {
+		out[i] = at[o]
+	}
+	return out
 }

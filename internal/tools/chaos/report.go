@@ -23,16 +23,29 @@ type Report struct {
 	Faults         map[string]int // fault → count
 	Charges        map[string]int // status → charges
 	PaymentIntents int
+	Lines          map[string]int // charge lines rated again and checked, by what they cover
 	Violations     []string
 }
 
 // OK reports whether the run found no violation.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
+// LinesChecked is how many charge lines the check rated again: the usage
+// lines (counted by plan version) and the others.
+func (r *Report) LinesChecked() int {
+	n := 0
+	for k, c := range r.Lines {
+		if k == "pre_priced" || k == "carried" || strings.HasPrefix(k, "usage "+chaosPlanID+" v") {
+			n += c
+		}
+	}
+	return n
+}
+
 // Line is the one-line summary of the run.
 func (r *Report) Line() string {
-	return fmt.Sprintf("seed=%d duration=%s events=%d acked=%d charges=%s payment_intents=%d kills=%d violations=%d",
-		r.Seed, r.Duration.Round(time.Second), r.EventsPlanned, r.EventsAcked, formatCounts(r.Charges),
+	return fmt.Sprintf("seed=%d duration=%s events=%d acked=%d charges=%s lines=%d payment_intents=%d kills=%d violations=%d",
+		r.Seed, r.Duration.Round(time.Second), r.EventsPlanned, r.EventsAcked, formatCounts(r.Charges), r.LinesChecked(),
 		r.PaymentIntents, r.Faults["kill"], len(r.Violations))
 }
 
@@ -51,6 +64,8 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "responses            %s\n", formatCounts(r.Responses))
 	fmt.Fprintf(w, "faults injected      %s\n", formatCounts(r.Faults))
 	fmt.Fprintf(w, "charges by status    %s\n", formatCounts(r.Charges))
+	fmt.Fprintf(w, "charge lines         %d rated again from the events and matched to the cent: %s\n", r.LinesChecked(),
+		formatCounts(r.Lines))
 	fmt.Fprintf(w, "payment intents      %d\n", r.PaymentIntents)
 	fmt.Fprintf(w, "violations           %d (expected 0)\n", len(r.Violations))
 	writeList(w, r.Violations, 50)
