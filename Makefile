@@ -39,8 +39,7 @@ endef
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
-test: ## go vet, go test -race against a real Postgres (+ stripe-mock), then each fuzz target for FUZZTIME_TEST (3,000 inputs)
-	$(GO) vet $(PKGS)
+test: ## go test -race against a real Postgres (+ stripe-mock), then each fuzz target for FUZZTIME_TEST (3,000 inputs); vet is in make lint
 	bash scripts/ensure-tools.sh
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	echo "make test: Postgres admin URL $$admin_url" >&2; \
