@@ -187,17 +187,6 @@ type tierJSON struct {
 	Amount     string `json:"amount"`
 }
 
-// decimalText is d in plain notation without trailing zeros, as quantities
-// are stored.
-func decimalText(d *apd.Decimal) string {
-	var r apd.Decimal
-	r.Reduce(d)
-	if r.IsZero() {
-		return "0"
-	}
-	return r.Text('f')
-}
-
 // chargeLinesInsertTx stores the lines of charge chargeID. The statement is
 // sent with the transaction's next one.
 func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Time) error {
@@ -218,7 +207,7 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 	)
 	for i, l := range lines {
 		nums[i], kinds[i], events[i], amounts[i] = l.Line, string(l.Kind), l.EventCount, l.AmountCents
-		exacts[i] = decimalText(&l.ExactAmount)
+		exacts[i] = pricing.Text(&l.ExactAmount)
 		u := l.Usage
 		if u == nil {
 			continue
@@ -226,18 +215,18 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 		r := u.Rated
 		metric, planID, model := u.Metric, u.PlanID, string(r.Model)
 		version := u.PlanVersion
-		quantity, subtotal := decimalText(&r.Quantity), decimalText(&r.Subtotal)
+		quantity, subtotal := pricing.Text(&r.Quantity), pricing.Text(&r.Subtotal)
 		metrics[i], planIDs[i], models[i], versions[i] = &metric, &planID, &model, &version
 		quantities[i], subtotals[i], minimums[i] = &quantity, &subtotal, r.MinimumApplied
 		if r.Model == pricing.ModelPackage {
-			p := decimalText(&r.Packages)
+			p := pricing.Text(&r.Packages)
 			packages[i] = &p
 		}
 		if r.Tiers != nil {
 			ts := make([]tierJSON, len(r.Tiers))
 			for j, t := range r.Tiers {
-				ts[j] = tierJSON{Tier: t.Tier + 1, Quantity: decimalText(&t.Quantity), UnitAmount: decimalText(&t.UnitAmount),
-					FlatAmount: decimalText(&t.FlatAmount), Amount: decimalText(&t.Amount)}
+				ts[j] = tierJSON{Tier: t.Tier + 1, Quantity: pricing.Text(&t.Quantity), UnitAmount: pricing.Text(&t.UnitAmount),
+					FlatAmount: pricing.Text(&t.FlatAmount), Amount: pricing.Text(&t.Amount)}
 			}
 			b, err := json.Marshal(ts)
 			if err != nil {

@@ -93,14 +93,14 @@ func checkDecimal(d *apd.Decimal) string {
 		return problem
 	}
 	if d.Sign() < 0 {
-		return fmt.Sprintf("must not be negative; got %s", text(d))
+		return fmt.Sprintf("must not be negative; got %s", Text(d))
 	}
 	return ""
 }
 
 // checkMagnitude returns what is wrong with d, or "" when it is finite and
 // its absolute value is within MaxIntegerDigits and MaxFractionDigits (so
-// text(d) is short).
+// Text(d) is short).
 func checkMagnitude(d *apd.Decimal) string {
 	if d.Form != apd.Finite {
 		return "must be a finite decimal"
@@ -132,10 +132,10 @@ func reduced(d *apd.Decimal) apd.Decimal {
 	return r
 }
 
-// text is d in plain notation without trailing zeros ("1000", never
+// Text is d in plain notation without trailing zeros ("1000", never
 // "1E+3"): the one spelling of a decimal that the canonical encoding and
 // messages use.
-func text(d *apd.Decimal) string {
+func Text(d *apd.Decimal) string {
 	r := reduced(d)
 	return r.Text('f')
 }

@@ -180,7 +180,7 @@ func validateTiers(fe fieldErrors, path string, tiers []Tier) {
 		case prev == nil && t.UpTo.Sign() == 0:
 			fe.add(at+".up_to", "must be greater than 0; the first tier starts above 0")
 		case prev != nil && t.UpTo.Cmp(prev) <= 0:
-			fe.add(at+".up_to", "must be greater than the previous tier's up_to (%s)", text(prev))
+			fe.add(at+".up_to", "must be greater than the previous tier's up_to (%s)", Text(prev))
 		}
 		if t.UpTo != nil && checkDecimal(t.UpTo) == "" {
 			prev = t.UpTo
@@ -264,16 +264,16 @@ func (p Price) wire() priceJSON {
 	w := priceJSON{Model: p.Model}
 	switch p.Model {
 	case ModelPerUnit:
-		w.UnitAmount = text(&p.UnitAmount)
+		w.UnitAmount = Text(&p.UnitAmount)
 	case ModelPackage:
-		w.PackageSize = text(&p.PackageSize)
-		w.UnitAmount = text(&p.UnitAmount)
+		w.PackageSize = Text(&p.PackageSize)
+		w.UnitAmount = Text(&p.UnitAmount)
 	case ModelGraduated, ModelVolume:
 		w.Tiers = make([]tierJSON, len(p.Tiers))
 		for i, t := range p.Tiers {
-			w.Tiers[i] = tierJSON{UnitAmount: text(&t.UnitAmount), FlatAmount: nonZero(&t.FlatAmount)}
+			w.Tiers[i] = tierJSON{UnitAmount: Text(&t.UnitAmount), FlatAmount: nonZero(&t.FlatAmount)}
 			if t.UpTo != nil {
-				upTo := text(t.UpTo)
+				upTo := Text(t.UpTo)
 				w.Tiers[i].UpTo = &upTo
 			}
 		}
@@ -287,5 +287,5 @@ func nonZero(d *apd.Decimal) string {
 	if d.IsZero() {
 		return ""
 	}
-	return text(d)
+	return Text(d)
 }

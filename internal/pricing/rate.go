@@ -80,11 +80,11 @@ func Rate(p Price, quantity apd.Decimal) (LineItem, error) {
 	}
 	if quantity.Sign() < 0 {
 		return LineItem{}, fmt.Errorf("error rating quantity %s: %w; voids lower a period's quantity but never below zero, so the events behind it are inconsistent",
-			text(&quantity), ErrNegativeQuantity)
+			Text(&quantity), ErrNegativeQuantity)
 	}
 	li := LineItem{Model: p.Model, Quantity: reduced(&quantity)}
 	if err := li.rate(p); err != nil {
-		return LineItem{}, fmt.Errorf("error rating quantity %s: %w", text(&quantity), err)
+		return LineItem{}, fmt.Errorf("error rating quantity %s: %w", Text(&quantity), err)
 	}
 	return li, nil
 }
@@ -129,11 +129,11 @@ func (li *LineItem) rate(p Price) error {
 func roundToMinorUnit(d *apd.Decimal) (int64, error) {
 	var r apd.Decimal
 	if _, err := toMinorUnit.Quantize(&r, d, 0); err != nil {
-		return 0, fmt.Errorf("error rounding %s: %w", text(d), err)
+		return 0, fmt.Errorf("error rounding %s: %w", Text(d), err)
 	}
 	n, err := r.Int64()
 	if err != nil {
-		return 0, fmt.Errorf("the amount %s minor units does not fit in an int64", text(&r))
+		return 0, fmt.Errorf("the amount %s minor units does not fit in an int64", Text(&r))
 	}
 	return n, nil
 }
@@ -244,9 +244,9 @@ func (li LineItem) MarshalJSON() ([]byte, error) {
 		MinimumApplied bool       `json:"minimum_applied"`
 		Exact          string     `json:"exact"`
 		Amount         int64      `json:"amount"`
-	}{li.Model, text(&li.Quantity), li.Tiers, "", text(&li.Subtotal), li.MinimumApplied, text(&li.Exact), li.Amount}
+	}{li.Model, Text(&li.Quantity), li.Tiers, "", Text(&li.Subtotal), li.MinimumApplied, Text(&li.Exact), li.Amount}
 	if li.Model == ModelPackage {
-		w.Packages = text(&li.Packages)
+		w.Packages = Text(&li.Packages)
 	}
 	return json.Marshal(w)
 }
@@ -260,5 +260,5 @@ func (t TierLine) MarshalJSON() ([]byte, error) {
 		UnitAmount string `json:"unit_amount"`
 		FlatAmount string `json:"flat_amount"`
 		Amount     string `json:"amount"`
-	}{t.Tier, text(&t.Quantity), text(&t.UnitAmount), text(&t.FlatAmount), text(&t.Amount)})
+	}{t.Tier, Text(&t.Quantity), Text(&t.UnitAmount), Text(&t.FlatAmount), Text(&t.Amount)})
 }
