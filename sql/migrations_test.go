@@ -85,3 +85,64 @@ UPDATE billing.charges SET carried_into = 2 WHERE id = 1`)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM billing.reconciliation`).Scan(&disagreements))
 	require.Zero(t, disagreements, "every charge made before agrees with its lines")
 }
+
+// Migration 00026 rolls up the ledger as it stands (voids netted out) and
+// starts its watermark after it, so the roll-up job adds only what comes
+// later; down and up again gives the same.
+func TestMigration00026UsageRollups(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testdb.NewEmpty(t)
+	migrateTo(ctx, t, url, 25)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+VALUES ('acme', 'cus_1', 'usd', now(), now());
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
+VALUES ('acme', 'p1', 'usd', '2026-11-01', '2026-12-01', '2026-12-02', now());
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity, metric, occurred_at, received_at, payload_hash)
+VALUES ('acme', 'e1', 'p1', 30, 'usd', NULL, NULL, '2026-11-03 10:15Z', now(), convert_to(repeat('h', 32), 'UTF8')),
+       ('acme', 'e2', 'p1', NULL, 'usd', 7.5, 'api_calls', '2026-11-03 11:45Z', now(), convert_to(repeat('h', 32), 'UTF8')),
+       ('acme', 'e3', 'p1', 1000, 'usd', NULL, NULL, '2026-11-03 10:50Z', now(), convert_to(repeat('h', 32), 'UTF8'));
+INSERT INTO billing.usage_event_voids (customer_id, event_id, period, reason, voided_by, voided_at)
+VALUES ('acme', 'e3', 'p1', 'test', 'cli:test', now())`)
+	require.NoError(t, err)
+
+	check := func() {
+		t.Helper()
+		rows, err := conn.Query(ctx, `
+SELECT metric || ' ' || to_char(bucket_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' ' || events || ' ' || quantity || ' ' || amount_cents
+FROM billing.usage_rollups ORDER BY metric`)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{
+			" 2026-11-03 10:00 1 0 30", // pre-priced; e3 voided
+			"api_calls 2026-11-03 11:00 1 7.5 0",
+		}, got)
+		var eventID, voidID int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT event_id, void_id FROM billing.usage_rollup_watermark`).Scan(&eventID, &voidID))
+		require.Equal(t, []int64{3, 1}, []int64{eventID, voidID}, "the watermark after what is rolled up")
+	}
+	migrateTo(ctx, t, url, 26)
+	check()
+
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	fsys, err := fs.Sub(tallysql.Migrations, "migrations")
+	require.NoError(t, err)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName("billing.goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 25)
+	require.NoError(t, err)
+	var scan int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT last_event_id FROM billing.usage_threshold_scan`).Scan(&scan))
+	require.Equal(t, int64(3), scan)
+	migrateTo(ctx, t, url, 26)
+	check()
+}

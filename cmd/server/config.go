@@ -72,7 +72,8 @@ type config struct {
 	WebhooksAllowHTTP    bool          // TALLY_WEBHOOKS_ALLOW_HTTP (deprecated) is set: loopback is allowed; warn at start
 	WebhookWorkers       int           // TALLY_WEBHOOK_WORKERS: webhook deliveries at once per worker replica
 	WebhookTimeout       time.Duration // TALLY_WEBHOOK_TIMEOUT: one delivery attempt
-	ThresholdInterval    time.Duration // TALLY_USAGE_THRESHOLD_INTERVAL: how often usage thresholds are checked
+	RollupInterval       time.Duration // TALLY_USAGE_ROLLUP_INTERVAL: how often usage is rolled up (and thresholds checked)
+	ThresholdIntervalSet bool          // TALLY_USAGE_THRESHOLD_INTERVAL (removed) is set: warn at start
 	DunningInterval      time.Duration // TALLY_DUNNING_INTERVAL: how often due retries are started
 	LogLevel             slog.Level
 	ShutdownTimeout      time.Duration
@@ -111,7 +112,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		ShutdownTimeout:      duration("TALLY_SHUTDOWN_TIMEOUT", shutdownTimeoutDefault),
 		WebhookWorkers:       int(integer("TALLY_WEBHOOK_WORKERS", jobs.DeliveryWorkersDefault, 1, 1000)),
 		WebhookTimeout:       duration("TALLY_WEBHOOK_TIMEOUT", jobs.DeliveryTimeoutDefault),
-		ThresholdInterval:    duration("TALLY_USAGE_THRESHOLD_INTERVAL", jobs.UsageThresholdIntervalDefault),
+		RollupInterval:       duration("TALLY_USAGE_ROLLUP_INTERVAL", jobs.UsageRollupIntervalDefault),
+		ThresholdIntervalSet: get("TALLY_USAGE_THRESHOLD_INTERVAL", "") != "",
 		DunningInterval:      duration("TALLY_DUNNING_INTERVAL", jobs.DunningIntervalDefault),
 	}
 	// An empty variable means its default, as every variable here does.

@@ -49,6 +49,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			slog.Int("api_db_max_conns", int(cfg.APIDBMaxConns)), slog.Int("worker_db_max_conns", int(cfg.WorkerDBMaxConns)))
 	}
 
+	if cfg.ThresholdIntervalSet {
+		logger.WarnContext(ctx, "TALLY_USAGE_THRESHOLD_INTERVAL is ignored: the usage roll-up checks the thresholds, "+
+			"every TALLY_USAGE_ROLLUP_INTERVAL", slog.Duration("usage_rollup_interval", cfg.RollupInterval))
+	}
+
 	if cfg.WebhooksAllowHTTP {
 		logger.WarnContext(ctx, "TALLY_WEBHOOKS_ALLOW_HTTP is deprecated: it allows webhooks to loopback addresses, plain http to a loopback host included; "+
 			"set TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8,::1/128 instead")
@@ -100,20 +105,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout, Logger: logger, Metrics: m,
 				MaxIdleConns: cfg.Workers + 8, // every worker, and the reconciler and sweeps beside them
 			}),
-			StripeTimeout:          cfg.StripeTimeout,
-			Concurrency:            cfg.Workers,
-			Logger:                 logger,
-			ReconcileInterval:      cfg.ReconcileInterval,
-			RetryMaxDelay:          cfg.RetryMaxDelay,
-			ReconcileAfter:         cfg.ReconcileAfter,
-			SweepInterval:          cfg.SweepInterval,
-			SweepAfter:             cfg.SweepAfter,
-			StripeEventRetention:   cfg.StripeEventRetention,
-			DeliveryWorkers:        cfg.WebhookWorkers,
-			DeliveryTimeout:        cfg.WebhookTimeout,
-			DeliveryAllow:          cfg.WebhooksAllow,
-			UsageThresholdInterval: cfg.ThresholdInterval,
-			DunningInterval:        cfg.DunningInterval,
+			StripeTimeout:        cfg.StripeTimeout,
+			Concurrency:          cfg.Workers,
+			Logger:               logger,
+			ReconcileInterval:    cfg.ReconcileInterval,
+			RetryMaxDelay:        cfg.RetryMaxDelay,
+			ReconcileAfter:       cfg.ReconcileAfter,
+			SweepInterval:        cfg.SweepInterval,
+			SweepAfter:           cfg.SweepAfter,
+			StripeEventRetention: cfg.StripeEventRetention,
+			DeliveryWorkers:      cfg.WebhookWorkers,
+			DeliveryTimeout:      cfg.WebhookTimeout,
+			DeliveryAllow:        cfg.WebhooksAllow,
+			UsageRollupInterval:  cfg.RollupInterval,
+			DunningInterval:      cfg.DunningInterval,
 		})
 		if err != nil {
 			return err
@@ -327,7 +332,8 @@ func readState(l *ledger.Ledger, pool *pgxpool.Pool, interval time.Duration) met
 			RetryOverdueSeconds: age(now, ops.RetryOverdueSince),
 			OutboxLagSeconds:    age(now, snap.ChargeAvailableSince), StripeEventOldestSeconds: age(now, ops.StripeEventSince),
 			ChargingPaused: ops.ChargingPausedSince != nil, WebhookEndpointsDisabled: float64(ops.WebhookEndpointsDisabled),
-			AgeSeconds: age(now, &stored.TakenAt),
+			UsageRollupAgeSeconds: age(now, ops.UsageRolledAt),
+			AgeSeconds:            age(now, &stored.TakenAt),
 		}
 		for status, n := range ops.Charges {
 			st.Charges[string(status)] = float64(n)

@@ -96,9 +96,9 @@ type WorkerConfig struct {
 	// StripeEventStuckAfterDefault.
 	StripeEventStuckAfter time.Duration
 
-	// UsageThresholdInterval is how often the usage threshold scan runs.
-	// Default UsageThresholdIntervalDefault.
-	UsageThresholdInterval time.Duration
+	// UsageRollupInterval is how often the usage roll-up runs (it also
+	// checks the usage thresholds). Default UsageRollupIntervalDefault.
+	UsageRollupInterval time.Duration
 
 	// DunningInterval is how often the dunning scan starts the retries of
 	// past_due charges that are due. Default DunningIntervalDefault.
@@ -155,7 +155,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	config.StripeEventStuckAttempts = cmp.Or(config.StripeEventStuckAttempts, StripeEventStuckAttemptsDefault)
 	config.StripeEventStuckAfter = cmp.Or(config.StripeEventStuckAfter, StripeEventStuckAfterDefault)
 
-	config.UsageThresholdInterval = cmp.Or(config.UsageThresholdInterval, UsageThresholdIntervalDefault)
+	config.UsageRollupInterval = cmp.Or(config.UsageRollupInterval, UsageRollupIntervalDefault)
 	config.DunningInterval = cmp.Or(config.DunningInterval, DunningIntervalDefault)
 	config.DeliveryWorkers = cmp.Or(config.DeliveryWorkers, DeliveryWorkersDefault)
 	config.DeliveryTimeout = cmp.Or(config.DeliveryTimeout, DeliveryTimeoutDefault)
@@ -170,7 +170,7 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 	river.AddWorker(workers, &StripeEventRetentionWorker{
 		ledger: config.Ledger, logger: config.Logger, retention: config.StripeEventRetention,
 	})
-	river.AddWorker(workers, &UsageThresholdScanWorker{ledger: config.Ledger, logger: config.Logger})
+	river.AddWorker(workers, &UsageRollupWorker{ledger: config.Ledger, logger: config.Logger})
 	river.AddWorker(workers, &DunningScanWorker{ledger: config.Ledger, logger: config.Logger})
 	river.AddWorker(workers, newWebhookDeliveryWorker(config.Ledger, config.Logger, config.DeliveryTimeout,
 		newDeliveryDialer(webhook.AddressPolicy{Allow: config.DeliveryAllow}, config.DeliveryTimeout)))
@@ -192,9 +192,9 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 			river.NewPeriodicJob(river.PeriodicInterval(config.SweepInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "sweep", RunOnStart: true}),
-			river.NewPeriodicJob(river.PeriodicInterval(config.UsageThresholdInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return UsageThresholdScanArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "usage_threshold_scan", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(config.UsageRollupInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return UsageRollupArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "usage_rollup", RunOnStart: true}),
 			river.NewPeriodicJob(river.PeriodicInterval(config.DunningInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return DunningScanArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "dunning_scan", RunOnStart: true}),

@@ -18,7 +18,8 @@
 //     and stuck Stripe events;
 //   - dunning_scan (maintenance, dunning.go): the periodic start of the
 //     retries of past_due charges that are due;
-//   - usage_threshold_scan (maintenance, usage_threshold.go): the periodic
+//   - usage_rollup (maintenance, usage_rollup.go): the periodic roll-up of
+//     the events committed since the last one, for the usage API, and the
 //     record of usage thresholds crossed;
 //   - webhook_delivery (webhook_deliveries, webhook_delivery.go): one
 //     notification posted to one producer endpoint.

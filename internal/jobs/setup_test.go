@@ -33,8 +33,8 @@ type testBundle struct {
 	worker        *river.Client[pgx.Tx]
 	crash         *crashOnce
 
-	thresholdInterval time.Duration // setupOpts.thresholdInterval
-	dunningInterval   time.Duration // setupOpts.dunningInterval
+	rollupInterval  time.Duration // setupOpts.rollupInterval
+	dunningInterval time.Duration // setupOpts.dunningInterval
 }
 
 // setupOpts is what a test asks of setup; the zero value is a worker that
@@ -45,8 +45,8 @@ type setupOpts struct {
 	stripeTimeout time.Duration
 	webhooks      bool // the simulator sends signed webhooks to Tally's API
 
-	// thresholdInterval, when set, replaces the usage threshold scan's 20 s.
-	thresholdInterval time.Duration
+	// rollupInterval, when set, replaces the usage roll-up's 2 s.
+	rollupInterval time.Duration
 
 	// dunningInterval, when set, replaces the dunning scan's minute.
 	dunningInterval time.Duration
@@ -77,7 +77,7 @@ func setup(t *testing.T, opts setupOpts) (context.Context, *testBundle) {
 	stripe := stripeapi.New(stripeapi.Config{APIKey: "sk_test_tally", BaseURL: srv.URL, Timeout: opts.stripeTimeout})
 	crash := &crashOnce{point: opts.crashAt}
 	bundle := &testBundle{Bundle: b, sim: sim, stripe: stripe, stripeTimeout: opts.stripeTimeout, crash: crash,
-		thresholdInterval: opts.thresholdInterval, dunningInterval: opts.dunningInterval}
+		rollupInterval: opts.rollupInterval, dunningInterval: opts.dunningInterval}
 	bundle.worker = bundle.startWorker(t, ctx)
 	return ctx, bundle
 }
@@ -89,9 +89,9 @@ func (b *testBundle) startWorker(t *testing.T, ctx context.Context) *river.Clien
 	config := jobs.WorkerConfig{
 		Ledger: b.Ledger, Stripe: b.stripe, StripeTimeout: b.stripeTimeout, Concurrency: 10,
 		Logger: b.Logger, RetryPolicy: fastRetry{},
-		DeliveryAllow:          webhook.LoopbackNetworks(), // the tests' webhook receivers listen on 127.0.0.1
-		UsageThresholdInterval: b.thresholdInterval,
-		DunningInterval:        b.dunningInterval,
+		DeliveryAllow:       webhook.LoopbackNetworks(), // the tests' webhook receivers listen on 127.0.0.1
+		UsageRollupInterval: b.rollupInterval,
+		DunningInterval:     b.dunningInterval,
 	}
 	jobs.SetCrashHook(&config, b.crash.hook)
 	jobs.SetRetryLaterSnooze(&config, 200*time.Millisecond)

@@ -145,7 +145,7 @@ func TestWebhookDelivery(t *testing.T) {
 
 	t.Run("UsageThresholdReached", func(t *testing.T) {
 		t.Parallel()
-		ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}, thresholdInterval: 200 * time.Millisecond})
+		ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}, rollupInterval: 200 * time.Millisecond})
 		r := b.endpoint(t, ctx, 0, ledger.NotifyUsageThreshold)
 		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
 			UsageAlertThresholdsCents: []int64{1000}})

@@ -47,6 +47,7 @@ WHERE p.customer_id = $1 AND p.period = $2`,
 	if err != nil {
 		return nil, fmt.Errorf("error rating period: %w", err)
 	}
+	usageThresholdsAtCloseTx(tx, now, p.CustomerID, p.Period, currency, total-carried)
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending

@@ -72,6 +72,15 @@ func (b *testBundle) closeNov(ctx context.Context, t *testing.T) *ledger.Charge 
 	return c
 }
 
+// onTiered puts acme on plan tiered (planTiered), before its period opens.
+func (b *testBundle) onTiered(ctx context.Context, t *testing.T) {
+	t.Helper()
+	_, _, err := b.putPlan(ctx, t, "tiered", planTiered)
+	require.NoError(t, err)
+	_, err = b.onPlan(ctx, "acme", ptr("tiered"))
+	require.NoError(t, err)
+}
+
 // record records events for acme.
 func (b *testBundle) record(ctx context.Context, t *testing.T, events ...ledger.UsageEventParams) {
 	t.Helper()
@@ -90,10 +99,7 @@ func TestChargeLines(t *testing.T) {
 	t.Run("OnePerMetricAndPrePriced", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
-		_, _, err := b.putPlan(ctx, t, "tiered", planTiered)
-		require.NoError(t, err)
-		_, err = b.onPlan(ctx, "acme", ptr("tiered"))
-		require.NoError(t, err)
+		b.onTiered(ctx, t)
 		b.record(ctx, t,
 			quantityEvent("a1", "api_calls", "600"), quantityEvent("a2", "api_calls", "600.5"),
 			quantityEvent("s1", "storage_gb", "150"),

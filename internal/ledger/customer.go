@@ -21,9 +21,9 @@ type Customer struct {
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
 
-	// UsageAlertThresholdsCents are levels of a period's running total that
-	// send usage.threshold_reached once each (UsageThresholdScan),
-	// ascending.
+	// UsageAlertThresholdsCents are levels of a period's rated total so far
+	// that send usage.threshold_reached once each (UsageRollup, and the
+	// close), ascending.
 	UsageAlertThresholdsCents []int64
 
 	// PlanID is the customer's plan, in its currency: its latest version

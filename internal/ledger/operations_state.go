@@ -50,6 +50,10 @@ type OperationsState struct {
 	// WebhookEndpointsDisabled counts the webhook endpoints disabled for
 	// failing: nothing is sent to them until an operator enables them.
 	WebhookEndpointsDisabled int64
+
+	// UsageRolledAt is when the usage roll-ups last moved (UsageRollup), or
+	// nil before the first roll-up's migration ran.
+	UsageRolledAt *time.Time
 }
 
 // OperationsStateGet reads the OperationsState in one read-only
@@ -64,9 +68,10 @@ SELECT now(),
        (SELECT min(created_at) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')),
        (SELECT min(received_at) FROM billing.stripe_events WHERE status IN ('received', 'failed')),
        (SELECT count(*) FROM billing.webhook_endpoints WHERE disabled_at IS NOT NULL AND deleted_at IS NULL),
-       (SELECT min(next_retry_at) FROM billing.charges WHERE status = 'past_due' AND next_retry_at < now())`).Scan(
+       (SELECT min(next_retry_at) FROM billing.charges WHERE status = 'past_due' AND next_retry_at < now()),
+       (SELECT rolled_at FROM billing.usage_rollup_watermark)`).Scan(
 			&st.Now, &st.CloseOverdueSince, &st.UnsettledSince, &st.StripeEventSince, &st.WebhookEndpointsDisabled,
-			&st.RetryOverdueSince); err != nil {
+			&st.RetryOverdueSince, &st.UsageRolledAt); err != nil {
 			return fmt.Errorf("error reading the oldest work in flight: %w", err)
 		}
 		var status ChargeStatus

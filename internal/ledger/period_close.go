@@ -259,6 +259,5 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading charge: %w", err)
 	}
-	usageThresholdsAtCloseTx(tx, now, p.CustomerID, p.Period)
 	return chargeCreateTx(ctx, tx, p, l.config.Namespace, currency, now)
 }

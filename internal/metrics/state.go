@@ -23,6 +23,7 @@ type State struct {
 	StripeEventOldestSeconds float64               // the oldest of those
 	ChargingPaused           bool                  // the kill switch
 	WebhookEndpointsDisabled float64               // webhook endpoints disabled for failing
+	UsageRollupAgeSeconds    float64               // since the usage roll-ups last moved
 	AgeSeconds               float64               // how old the counts were when read (a shared snapshot's age)
 }
 
@@ -71,6 +72,7 @@ func NewStateCollector(read StateFunc, interval time.Duration, logger *slog.Logg
 			"stripe_oldest":  desc("tally_stripe_webhook_event_oldest_seconds", "Age of the oldest Stripe webhook event not processed (0: none)."),
 			"paused":         desc("tally_charging_paused", "1 while River's charge queue is paused (the kill switch), whoever paused it, else 0."),
 			"hooks_disabled": desc("tally_webhook_endpoints_disabled", "Webhook endpoints disabled for failing: nothing is sent to them until billingctl webhooks enable."),
+			"rollup_age":     desc("tally_usage_rollup_age_seconds", "Time since the usage roll-ups (the usage API, the usage thresholds) last moved: about twice TALLY_USAGE_ROLLUP_INTERVAL when well."),
 			"state_age":      desc("tally_state_age_seconds", "Age of the state these gauges show (the shared snapshot's age plus the time since this replica read it)."),
 			"state_interval": desc("tally_state_interval_seconds", "How often the state gauges are read from Postgres, at most."),
 		},
@@ -137,6 +139,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge("paused", paused)
 	gauge("hooks_disabled", st.WebhookEndpointsDisabled)
+	gauge("rollup_age", st.UsageRollupAgeSeconds)
 	gauge("state_age", st.AgeSeconds+time.Since(readAt).Seconds())
 	gauge("state_interval", c.interval.Seconds())
 }

@@ -176,10 +176,9 @@ func (r *run) ingest(ctx context.Context) error {
 // the phase and the highest keeps every customer a candidate of each scan.
 const thresholdsBench = "[2000,8000,50000]"
 
-// thresholdScanBench is the worker replica's TALLY_USAGE_THRESHOLD_INTERVAL
-// in ingest_thresholds: a quarter of the default, so two scans or so fall
-// within each window.
-const thresholdScanBench = jobs.UsageThresholdIntervalDefault / 4
+// thresholdScanBench is the worker replica's TALLY_USAGE_ROLLUP_INTERVAL
+// in ingest_thresholds: the default, the roll-up checking the thresholds.
+const thresholdScanBench = jobs.UsageRollupIntervalDefault
 
 // thresholdRounds is how many pairs of windows ingest_thresholds measures.
 const thresholdRounds = 3
@@ -194,7 +193,7 @@ const thresholdRounds = 3
 // table's size and the machine's moods.
 func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string, customers []string) (*Result, error) {
 	worker, err := r.startServer(ctx, "worker-thresholds", dbURL, "TALLY_ROLES=api,worker",
-		"TALLY_USAGE_THRESHOLD_INTERVAL="+thresholdScanBench.String(), "STRIPE_API_KEY=sk_test_bench",
+		"TALLY_USAGE_ROLLUP_INTERVAL="+thresholdScanBench.String(), "STRIPE_API_KEY=sk_test_bench",
 		"STRIPE_API_BASE=http://127.0.0.1:9") // no charge is due: Stripe is never called
 	if err != nil {
 		return nil, err

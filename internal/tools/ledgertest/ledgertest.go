@@ -166,3 +166,26 @@ func (b *Bundle) Plan(t testing.TB, id, priceBook string) *ledger.PlanVersion {
 	require.NoError(t, err)
 	return v
 }
+
+// Rollup runs usage roll-ups (ledger.UsageRollup) until they hold every
+// event and void committed before it was called, and returns the usage
+// thresholds they recorded. Whether a roll-up may add an id depends on
+// every transaction of the cluster that began before it (other tests'
+// included), so it retries, within a bound.
+func (b *Bundle) Rollup(t testing.TB, ctx context.Context) int {
+	t.Helper()
+	lastEvent := b.Count(t, `SELECT coalesce(max(id), 0) FROM billing.usage_events`)
+	lastVoid := b.Count(t, `SELECT coalesce(max(id), 0) FROM billing.usage_event_voids`)
+	var thresholds int
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		res, err := b.Ledger.UsageRollup(ctx)
+		require.NoError(t, err)
+		thresholds += res.Thresholds
+		if b.Count(t, `SELECT count(*) FROM billing.usage_rollup_watermark WHERE event_id >= $1 AND void_id >= $2`,
+			lastEvent, lastVoid) == 1 {
+			return thresholds
+		}
+		require.True(t, time.Now().Before(deadline), "the roll-ups did not reach event %d and void %d", lastEvent, lastVoid)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
