@@ -3,6 +3,7 @@ package api
 import (
 	"net/url"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -72,4 +73,19 @@ func (q *queryParams) err() error {
 		return nil
 	}
 	return &ledger.ValidationError{Fields: q.fields}
+}
+
+// time returns parameter name as an RFC 3339 time, the zero time when it is
+// absent, or the zero time with a message saying what to send.
+func (q *queryParams) time(name string) time.Time {
+	v := q.values.Get(name)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		q.fields[name] = "must be an RFC 3339 time, such as 2026-11-03T00:00:00Z"
+		return time.Time{}
+	}
+	return t
 }

@@ -28,6 +28,8 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("PUT /v1/customers/{customer_id}", auth(ledger.ScopeCustomersWrite, handleCustomerPut(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}", auth(ledger.ScopeBillingRead, handleCustomerGet(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/usage", auth(ledger.ScopeBillingRead, handleCustomerUsage(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/usage/series", auth(ledger.ScopeBillingRead, handleCustomerUsageSeries(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods", auth(ledger.ScopeBillingRead, handlePeriodList(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods/{period}", auth(ledger.ScopeBillingRead, handlePeriodGet(logger, l)))
 
