@@ -244,7 +244,7 @@ SELECT date_trunc($5, bucket_start, 'UTC'), sum(events)::bigint, sum(quantity)::
 FROM billing.usage_rollups
 WHERE customer_id = $1 AND metric = $2 AND bucket_start >= $3 AND bucket_start < $4
 GROUP BY 1
-ORDER BY 1`, p.CustomerID, p.Metric, from, to, p.Granularity)
+ORDER BY 1`, planFresh, p.CustomerID, p.Metric, from, to, p.Granularity)
 		if err != nil {
 			return fmt.Errorf("error reading the roll-ups: %w", err)
 		}

@@ -113,7 +113,8 @@ SET event_id = $1, void_id = $2, rolled_at = $3,
 
 // usageRollupAddTx adds the events with ids in (fromEvent, toEvent] and
 // subtracts the events voided by the voids with ids in (fromVoid, toVoid],
-// in one statement, and returns the (customer, period)s it changed.
+// in one statement, and returns the (customer, period)s it changed. It runs
+// planFresh: a plan cached while the ledger was small would scan it whole.
 func usageRollupAddTx(ctx context.Context, tx *Tx, fromEvent, toEvent, fromVoid, toVoid int64) ([]periodKey, error) {
 	rows, err := tx.Query(ctx, `
 WITH delta AS (
@@ -143,7 +144,7 @@ upsert AS (
         amount_cents = r.amount_cents + excluded.amount_cents
     RETURNING customer_id, period
 )
-SELECT DISTINCT customer_id, period FROM upsert ORDER BY 1, 2`, fromEvent, toEvent, fromVoid, toVoid)
+SELECT DISTINCT customer_id, period FROM upsert ORDER BY 1, 2`, planFresh, fromEvent, toEvent, fromVoid, toVoid)
 	if err != nil {
 		return nil, fmt.Errorf("error adding events (%d, %d] and voids (%d, %d] to the roll-ups: %w",
 			fromEvent, toEvent, fromVoid, toVoid, err)
@@ -174,7 +175,7 @@ SELECT r.customer_id, r.period, r.metric, sum(r.events)::bigint, sum(r.quantity)
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
 JOIN billing.usage_rollups r ON r.customer_id = k.customer_id AND r.period = k.period
 GROUP BY 1, 2, 3
-ORDER BY 1, 2, 3`, customers, periods)
+ORDER BY 1, 2, 3`, planFresh, customers, periods)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the roll-ups: %w", err)
 	}
