@@ -14,9 +14,11 @@
 //	                   then worked by Workers workers
 //	ingest_spread      a fresh database and server (TALLY_ROLES=api); clients post single
 //	                   events spread over the customers
-//	ingest_thresholds  the same server and a worker replica scanning usage thresholds every
-//	                   5 s: the load of ingest_spread in 3 pairs of windows, the customers
-//	                   without thresholds (ingest_thresholds_off), then with three each
+//	ingest_rollups     the same server, every customer with three usage thresholds: the
+//	                   load of ingest_spread in 3 pairs of windows, with no worker replica
+//	                   (ingest_rollups_off), then with one rolling usage up every 2 s
+//	usage_query        a fresh database and server (api,worker): one customer-period of
+//	                   LoadEvents events, rolled up; GET /v1/customers/{id}/usage, one client
 //	ingest_hot         the same server; every client posts to one customer
 //	ingest_batch       the same server; 2 clients post batches of 1,000 events
 //	ingest_after_load  the same server, never restarted: LoadEvents loaded through the
@@ -58,22 +60,23 @@ const (
 	PhaseRawCopy         = "raw_copy"
 	PhaseRiverNoop       = "river_noop"
 	PhaseIngestSpread    = "ingest_spread"
-	PhaseIngestThreshold = "ingest_thresholds"
+	PhaseIngestRollups   = "ingest_rollups"
 
-	// PhaseIngestThresholdOff is ingest_thresholds' paired baseline,
-	// measured within it (not a phase of its own: --only ingest_thresholds).
-	PhaseIngestThresholdOff = "ingest_thresholds_off"
-	PhaseIngestHot          = "ingest_hot"
-	PhaseIngestBatch        = "ingest_batch"
-	PhaseIngestAfterLoad    = "ingest_after_load"
-	PhaseCharges            = "charges"
+	// PhaseIngestRollupsOff is ingest_rollups' paired baseline, measured
+	// within it (not a phase of its own: --only ingest_rollups).
+	PhaseIngestRollupsOff = "ingest_rollups_off"
+	PhaseIngestHot        = "ingest_hot"
+	PhaseIngestBatch      = "ingest_batch"
+	PhaseIngestAfterLoad  = "ingest_after_load"
+	PhaseUsageQuery       = "usage_query"
+	PhaseCharges          = "charges"
 )
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
 	PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop,
-	PhaseIngestSpread, PhaseIngestThresholdOff, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
-	PhaseCharges,
+	PhaseIngestSpread, PhaseIngestRollupsOff, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
+	PhaseUsageQuery, PhaseCharges,
 }
 
 // Fixed shapes of the workload.
@@ -243,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	r.report.Header = header
 
-	if cfg.runsAny(PhaseIngestSpread, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseCharges) {
+	if cfg.runsAny(PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseUsageQuery, PhaseCharges) {
 		r.logf("building server, stripesim, billingctl and migrate into %s", r.binDir)
 		if err := proc.Build(ctx, cfg.serverRepo(), r.binDir); err != nil {
 			return nil, fmt.Errorf("error building the commands: %w", err)
@@ -254,7 +257,8 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		do     func(context.Context) error
 	}{
 		{[]string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
-		{[]string{PhaseIngestSpread, PhaseIngestThreshold, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
+		{[]string{PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
+		{[]string{PhaseUsageQuery}, r.usageQuery},
 		{[]string{PhaseCharges}, r.charges},
 	}
 	for _, s := range steps {

@@ -43,11 +43,11 @@ func TestBenchShort(t *testing.T) {
 		require.Positive(t, res.Count, "phase %s", phase)
 		require.Positive(t, res.Rate(), "phase %s", phase)
 	}
-	for _, phase := range []string{PhaseRawSQL, PhaseIngestSpread, PhaseIngestHot, PhaseIngestAfterLoad} {
+	for _, phase := range []string{PhaseRawSQL, PhaseIngestSpread, PhaseIngestHot, PhaseIngestAfterLoad, PhaseUsageQuery} {
 		require.NotNil(t, report.Results[phase].Latency, "phase %s has no latencies", phase)
 	}
 	require.Positive(t, report.MemoryPeak)
-	require.Len(t, report.Targets, len(ratioTargets)+2)
+	require.Len(t, report.Targets, len(ratioTargets)+3) // and ingest_spread p99, usage_query p99, RSS
 	for _, target := range report.Targets {
 		require.NotEqual(t, StatusNotMeasured, target.Status, "target %s", target.Name)
 	}

@@ -150,8 +150,8 @@ func (r *run) ingest(ctx context.Context) error {
 		step{PhaseIngestSpread, func() (*Result, error) {
 			return r.ingestSingles(ctx, api, PhaseIngestSpread, "sp", customers, spreadNote)
 		}},
-		step{PhaseIngestThreshold, func() (*Result, error) {
-			return r.ingestThresholds(ctx, api, dbURL, customers)
+		step{PhaseIngestRollups, func() (*Result, error) {
+			return r.ingestRollups(ctx, api, dbURL, customers)
 		}},
 		step{PhaseIngestHot, func() (*Result, error) {
 			return r.ingestSingles(ctx, api, PhaseIngestHot, "hot", customers[:1], "")
@@ -171,34 +171,31 @@ func (r *run) ingest(ctx context.Context) error {
 }
 
 // thresholdsBench are the usage thresholds every customer gets in
-// ingest_thresholds, in cents: a customer receives a few hundred cents of
+// ingest_rollups, in cents: a customer receives a few hundred cents of
 // events a second over all customers, so the lower ones are crossed during
-// the phase and the highest keeps every customer a candidate of each scan.
+// the phase and the highest keeps every customer a candidate of each
+// roll-up's threshold check.
 const thresholdsBench = "[2000,8000,50000]"
 
-// thresholdScanBench is the worker replica's TALLY_USAGE_ROLLUP_INTERVAL
-// in ingest_thresholds: the default, the roll-up checking the thresholds.
-const thresholdScanBench = jobs.UsageRollupIntervalDefault
+// rollupRounds is how many pairs of windows ingest_rollups measures.
+const rollupRounds = 3
 
-// thresholdRounds is how many pairs of windows ingest_thresholds measures.
-const thresholdRounds = 3
+// rollupCatchUpMax bounds the wait for a worker replica's roll-ups to add
+// the events of the window before (ingest_rollups).
+const rollupCatchUpMax = 2 * time.Minute
 
-// ingestThresholds measures what usage thresholds cost single-event ingest
-// (GitHub issue 14 wants at most 5%): with a worker replica running
-// (api,worker, so that /readyz answers; nothing posts to its API) and
-// scanning every thresholdScanBench, it posts as ingest_spread does in
-// thresholdRounds pairs of windows of Duration — every customer without
-// thresholds (recorded as ingest_thresholds_off), then with thresholdsBench
-// (ingest_thresholds) — so the two sides share the server, the worker, the
-// table's size and the machine's moods.
-func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string, customers []string) (*Result, error) {
-	worker, err := r.startServer(ctx, "worker-thresholds", dbURL, "TALLY_ROLES=api,worker",
-		"TALLY_USAGE_ROLLUP_INTERVAL="+thresholdScanBench.String(), "STRIPE_API_KEY=sk_test_bench",
-		"STRIPE_API_BASE=http://127.0.0.1:9") // no charge is due: Stripe is never called
-	if err != nil {
-		return nil, err
-	}
-	defer worker.stop()
+// ingestRollups measures what the usage roll-ups and the usage thresholds
+// they check cost single-event ingest (GitHub issues 14 and 24 want at most
+// 5%): it posts as ingest_spread does, every customer with thresholdsBench,
+// in rollupRounds pairs of windows of Duration, each with a worker replica
+// (api,worker, so that /readyz answers; nothing posts to its API) started
+// for it — one that rolls up once when it starts and not again within the
+// window (ingest_rollups_off), then one rolling up every
+// jobs.UsageRollupIntervalDefault (ingest_rollups) — so the two sides share
+// the server, a worker's own upkeep, the table's size and the machine's
+// moods. The rolling worker has added the window before when its window
+// starts, so a window pays for its own events only.
+func (r *run) ingestRollups(ctx context.Context, api *apiClient, dbURL string, customers []string) (*Result, error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, err
@@ -208,43 +205,118 @@ func (r *run) ingestThresholds(ctx context.Context, api *apiClient, dbURL string
 		_ = conn.QueryRow(ctx, `SELECT count(*) FROM billing.usage_thresholds_reached`).Scan(&n)
 		return n
 	}
-	before := count()
-	window, rounds := r.cfg.Duration, thresholdRounds
+	if err := r.putCustomers(ctx, api, customers, thresholdsBench); err != nil {
+		return nil, &phaseError{phase: PhaseIngestRollups, err: err}
+	}
+	window, rounds := r.cfg.Duration, rollupRounds
 	if r.cfg.Short {
 		rounds = 1
 	}
-	r.logf("%s: %d rounds of %s without thresholds, then %s with %s cents, a worker scanning every %s",
-		PhaseIngestThreshold, rounds, window, window, thresholdsBench, thresholdScanBench)
+	r.logf("%s: %d rounds of %s with a worker not rolling up, then %s with one rolling up every %s (thresholds %s cents)",
+		PhaseIngestRollups, rounds, window, window, jobs.UsageRollupIntervalDefault, thresholdsBench)
 	var off, on []loopResult
+	var reached int64
 	for round := range rounds {
-		for _, side := range []struct {
-			thresholds, prefix string
-			into               *[]loopResult
-		}{{"[]", "tho", &off}, {thresholdsBench, "th", &on}} {
-			if err := r.putCustomers(ctx, api, customers, side.thresholds); err != nil {
-				return nil, &phaseError{phase: PhaseIngestThreshold, err: err}
-			}
-			if err := r.checkpoint(ctx); err != nil {
-				return nil, err
-			}
-			lr := r.singlesLoop(ctx, api, side.prefix+strconv.Itoa(round), customers, window)
-			if err := loopError(PhaseIngestThreshold, lr); err != nil {
-				return nil, err
-			}
-			*side.into = append(*side.into, lr)
+		lr, err := r.rollupWindow(ctx, api, conn, dbURL, "ro"+strconv.Itoa(round), customers, false)
+		if err != nil {
+			return nil, err
 		}
+		off = append(off, lr)
+		before := count()
+		if lr, err = r.rollupWindow(ctx, api, conn, dbURL, "r"+strconv.Itoa(round), customers, true); err != nil {
+			return nil, err
+		}
+		on = append(on, lr)
+		reached += count() - before
 	}
-	reached := count() - before
 	note := func(with string) string {
-		return fmt.Sprintf("%d clients, single events over %d customers %s, a worker scanning every %s; %d windows of %s interleaved with the other side",
-			r.cfg.Clients, len(customers), with, thresholdScanBench, rounds, window)
+		return fmt.Sprintf("%d clients, single events over %d customers with thresholds %s cents, %s; %d windows of %s interleaved with the other side",
+			r.cfg.Clients, len(customers), thresholdsBench, with, rounds, window)
 	}
-	offRes := loopsResult(PhaseIngestThresholdOff, mergeLoops(off), note("without thresholds"))
+	offRes := loopsResult(PhaseIngestRollupsOff, mergeLoops(off), note("a worker not rolling up"))
 	if err := r.record(offRes, nil); err != nil {
 		return nil, err
 	}
-	return loopsResult(PhaseIngestThreshold, mergeLoops(on),
-		note(fmt.Sprintf("with thresholds %s cents (%d reached during the phase)", thresholdsBench, reached))), nil
+	return loopsResult(PhaseIngestRollups, mergeLoops(on), note(fmt.Sprintf(
+		"a worker rolling up every %s (%d thresholds reached in its windows)", jobs.UsageRollupIntervalDefault, reached))), nil
+}
+
+// rollupWindow posts one window of ingest_rollups with a worker replica of
+// its own, rolling up every jobs.UsageRollupIntervalDefault (rolling) or
+// only once, when it starts.
+func (r *run) rollupWindow(ctx context.Context, api *apiClient, conn *pgx.Conn, dbURL, prefix string, customers []string, rolling bool) (loopResult, error) {
+	interval := jobs.UsageRollupIntervalDefault
+	if !rolling {
+		interval = 24 * time.Hour
+	}
+	var startedAt time.Time
+	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&startedAt); err != nil {
+		return loopResult{}, err
+	}
+	worker, err := r.startServer(ctx, "worker-"+prefix, dbURL, "TALLY_ROLES=api,worker",
+		"TALLY_USAGE_ROLLUP_INTERVAL="+interval.String(),
+		"STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE=http://127.0.0.1:9") // no charge is due: Stripe is never called
+	if err != nil {
+		return loopResult{}, err
+	}
+	defer worker.stop()
+	if rolling {
+		err = rollupCaughtUp(ctx, conn)
+	} else {
+		err = rollupRanSince(ctx, conn, startedAt) // its one roll-up, at its start, not in the window
+	}
+	if err != nil {
+		return loopResult{}, &phaseError{phase: PhaseIngestRollups, err: err}
+	}
+	if err := r.checkpoint(ctx); err != nil {
+		return loopResult{}, err
+	}
+	lr := r.singlesLoop(ctx, api, prefix, customers, r.cfg.Duration)
+	return lr, loopError(PhaseIngestRollups, lr)
+}
+
+// rollupRanSince waits until a roll-up has run since t, within
+// rollupCatchUpMax.
+func rollupRanSince(ctx context.Context, conn *pgx.Conn, t time.Time) error {
+	for deadline := time.Now().Add(rollupCatchUpMax); ; time.Sleep(100 * time.Millisecond) {
+		var ran bool
+		if err := conn.QueryRow(ctx, `SELECT rolled_at >= $1 FROM billing.usage_rollup_watermark`, t).Scan(&ran); err != nil {
+			return err
+		}
+		if ran {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no roll-up ran in %s", rollupCatchUpMax)
+		}
+	}
+}
+
+// rollupCaughtUp waits until the roll-ups hold every event committed when
+// it was called, within rollupCatchUpMax.
+func rollupCaughtUp(ctx context.Context, conn *pgx.Conn) error {
+	return rollupCaughtUpWithin(ctx, conn, rollupCatchUpMax)
+}
+
+// rollupCaughtUpWithin waits until the roll-ups hold every event committed
+// when it was called, within bound.
+func rollupCaughtUpWithin(ctx context.Context, conn *pgx.Conn, bound time.Duration) error {
+	var last int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM billing.usage_events`).Scan(&last); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(bound); ; time.Sleep(100 * time.Millisecond) {
+		var rolled int64
+		if err := conn.QueryRow(ctx, `SELECT event_id FROM billing.usage_rollup_watermark`).Scan(&rolled); err != nil {
+			return err
+		}
+		if rolled >= last {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the roll-ups reached event %d of %d in %s", rolled, last, bound)
+		}
+	}
 }
 
 // singlesLoop posts single events from Clients clients for d, each to a
