@@ -118,6 +118,7 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	r.stack, r.sim, r.control, r.apis, r.workers, r.apiURLs = st, st.sim, st.control, st.apis, st.workers, st.apiURLs
 	r.producer = st.newProducer()
+	r.producer.voidEvery = chaosVoidEvery
 	r.logf("stack up: api %v, simulator %s, database %s", r.apiURLs, r.control.BaseURL, r.dbURL)
 	return nil
 }
@@ -244,7 +245,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	}
 	stats := r.producer.stats
 	stats.mu.Lock()
-	acked := stats.acked
+	acked, voided, voidLost := stats.acked, stats.voided, stats.voidLost
 	stats.mu.Unlock()
 	r.plansMu.Lock()
 	plans := r.plans
@@ -253,6 +254,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	voidViolations, voids, err := checkVoids(ctx, conn, voided, voidLost)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, voidViolations...)
 	notified, err := checkNotifications(ctx, conn, rcv)
 	if err != nil {
 		return nil, err
@@ -274,7 +280,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	defer r.faultsMu.Unlock()
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
-		EventsInLedger: inLedger, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
+		EventsInLedger: inLedger, VoidsAcked: len(voided), VoidsInLedger: voids, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
 		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Violations: violations,
 	}, nil
 }

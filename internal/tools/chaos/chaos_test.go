@@ -44,6 +44,7 @@ func TestChaosShort(t *testing.T) {
 	}
 	require.Positive(t, report.EventsAcked)
 	require.Positive(t, report.Faults["kill"])
+	require.Positive(t, report.VoidsAcked, "events voided while their period was open")
 	// The plan customers' periods were rated, with both versions, and the
 	// check saw zero quantities and quantities exactly on a bound.
 	for _, k := range []string{"usage " + chaosPlanID + " v1", "usage " + chaosPlanID + " v2", "usage of zero", "usage on a bound", "pre_priced", "carried"} {

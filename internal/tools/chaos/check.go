@@ -368,3 +368,34 @@ func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
+
+// checkVoids holds the ledger's voids to what the producers asked for:
+// every void acknowledged with a 2xx is in billing.usage_event_voids, and
+// every void there was acknowledged or its answer lost (never one asked
+// for by no one, nor one refused). The charges' lines (checkLines) count
+// the events not voided, so a void that landed is netted out of its
+// period's charge.
+func checkVoids(ctx context.Context, conn *pgx.Conn, voided, lost map[string]bool) ([]string, int, error) {
+	var violations []string
+	rows, err := conn.Query(ctx, `SELECT customer_id || '/' || event_id FROM billing.usage_event_voids`)
+	if err != nil {
+		return nil, 0, err
+	}
+	inLedger, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, 0, err
+	}
+	found := map[string]bool{}
+	for _, k := range inLedger {
+		found[k] = true
+		if !voided[k] && !lost[k] {
+			violations = append(violations, fmt.Sprintf("event %s is voided in the ledger, but its void was refused or never asked for", k))
+		}
+	}
+	for k := range voided {
+		if !found[k] {
+			violations = append(violations, fmt.Sprintf("the void of event %s got a 2xx but is not in the ledger", k))
+		}
+	}
+	return violations, len(inLedger), nil
+}

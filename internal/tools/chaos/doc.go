@@ -8,10 +8,13 @@
 // window, duplicated and reordered webhooks, terminated Postgres backends, a
 // Postgres restart and late redrives. A third of the customers are on a
 // tiered plan (graduated, volume and package prices; a second version
-// mid-run) and send quantity events. It then checks the result from the
+// mid-run) and send quantity events; about one acknowledged event in 20 is
+// voided right after its 2xx. It then checks the result from the
 // ledger's tables and the simulator's own record, independently of Tally's
 // code — every charge line is rated again with this package's own rating
-// (rating.go, lines_check.go) — and reports.
+// (rating.go, lines_check.go) from the events not voided, and the voids in
+// the ledger are exactly those acknowledged (or whose answer was lost) —
+// and reports.
 //
 // The failover drill (RunFailover, failover.go) proves the promise across
 // a database failover. A primary streams to a standby through a pausable

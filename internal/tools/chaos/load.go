@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -51,6 +52,10 @@ func quantityText(milli int64) string {
 	return fmt.Sprintf("%d.%03d", milli/1000, milli%1000)
 }
 
+// chaosVoidEvery is how rare voids are in the chaos run: about one
+// acknowledged event in this many is voided right after its 2xx.
+const chaosVoidEvery = 20
+
 // post is one unit of the producers' work: a single event, or a batch.
 type post struct {
 	events   []*plannedEvent
@@ -66,10 +71,13 @@ type loadStats struct {
 	responses map[string]int
 	acked     map[string]int64 // customer/event → amount acknowledged with 2xx
 	rejected  map[string]int   // reason → events
+	voided    map[string]bool  // customer/event → its void acknowledged with 2xx
+	voidLost  map[string]bool  // customer/event → its void's answer never came (it may have landed)
 }
 
 func newLoadStats() *loadStats {
-	return &loadStats{responses: map[string]int{}, acked: map[string]int64{}, rejected: map[string]int{}}
+	return &loadStats{responses: map[string]int{}, acked: map[string]int64{}, rejected: map[string]int{},
+		voided: map[string]bool{}, voidLost: map[string]bool{}}
 }
 
 func (s *loadStats) response(status int, code string) {
@@ -98,6 +106,9 @@ type producer struct {
 	key    string
 	client *http.Client
 	stats  *loadStats
+	// voidEvery, when set, voids about one acknowledged event in
+	// voidEvery (chosen by its id), right after its acknowledgement.
+	voidEvery uint32
 }
 
 type apiAnswer struct {
@@ -168,7 +179,7 @@ func (p *producer) send(ctx context.Context, w post) {
 		case err != nil:
 			p.stats.reject("gave up (network)", 1)
 		case ans.status/100 == 2:
-			p.stats.ack(e, e.amount+1) // the original never landed: this one is the event
+			p.acked(ctx, e, e.amount+1, w.replica) // the original never landed: this one is the event
 		default:
 			p.stats.reject(ans.code, 1)
 		}
@@ -189,7 +200,7 @@ func (p *producer) send(ctx context.Context, w post) {
 		p.stats.reject("gave up (network)", len(w.events))
 	case ans.status/100 == 2:
 		for _, e := range w.events {
-			p.stats.ack(e, e.amount)
+			p.acked(ctx, e, e.amount, w.replica)
 		}
 	default:
 		// All-or-nothing: post the items that were not at fault one by one.
@@ -214,9 +225,38 @@ func (p *producer) postOne(ctx context.Context, e *plannedEvent, replica int) {
 	case err != nil:
 		p.stats.reject("gave up (network)", 1)
 	case ans.status/100 == 2:
-		p.stats.ack(e, e.amount)
+		p.acked(ctx, e, e.amount, replica)
 	default:
 		p.stats.reject(ans.code, 1)
+	}
+}
+
+// acked records e as acknowledged with amount and, when it is one of the
+// events the producer voids, voids it: a void acknowledged is recorded, one
+// refused because the period closed meanwhile is not, and one whose answer
+// never came may or may not have landed.
+func (p *producer) acked(ctx context.Context, e *plannedEvent, amount int64, replica int) {
+	p.stats.ack(e, amount)
+	if p.voidEvery == 0 {
+		return
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(e.customer + "/" + e.id))
+	if h.Sum32()%p.voidEvery != 0 {
+		return
+	}
+	k := e.customer + "/" + e.id
+	ans, err := p.do(ctx, http.MethodPost, "/v1/usage-events/void", replica,
+		map[string]any{"customer_id": e.customer, "event_id": e.id, "reason": "chaos: voided after its acknowledgement"})
+	p.stats.mu.Lock()
+	defer p.stats.mu.Unlock()
+	switch {
+	case err != nil:
+		p.stats.voidLost[k] = true
+	case ans.status/100 == 2:
+		p.stats.voided[k] = true
+	default:
+		p.stats.rejected["void: "+ans.code]++
 	}
 }
 

@@ -18,6 +18,8 @@ type Report struct {
 	HTTPRequests   int64
 	EventsAcked    int // distinct events acknowledged with 2xx
 	EventsInLedger int
+	VoidsAcked     int // voids acknowledged with 2xx
+	VoidsInLedger  int
 	Rejected       map[string]int // reason → events
 	Responses      map[string]int // "status code" → responses
 	Faults         map[string]int // fault → count
@@ -60,6 +62,8 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "http requests        %d (retries included)\n", r.HTTPRequests)
 	fmt.Fprintf(w, "events acknowledged  %d distinct\n", r.EventsAcked)
 	fmt.Fprintf(w, "events in ledger     %d\n", r.EventsInLedger)
+	fmt.Fprintf(w, "voids                %d acknowledged, %d in ledger (one event in %d voided after its 2xx, while its period is open)\n",
+		r.VoidsAcked, r.VoidsInLedger, chaosVoidEvery)
 	fmt.Fprintf(w, "rejected by reason   %s\n", formatCounts(r.Rejected))
 	fmt.Fprintf(w, "responses            %s\n", formatCounts(r.Responses))
 	fmt.Fprintf(w, "faults injected      %s\n", formatCounts(r.Faults))
