@@ -76,14 +76,10 @@ func (l *Ledger) CustomerUsageGet(ctx context.Context, customerID, period string
 	}
 	u := &CustomerUsage{CustomerID: customerID, Period: b, Status: PeriodOpen}
 	err := l.withTx(ctx, func(tx *Tx) error {
-		var plan periodPlan
 		var status *string
 		var book []byte
 		err := tx.QueryRow(ctx, `
-SELECT coalesce(p.currency, c.currency), p.status, coalesce(p.plan_id, c.plan_id),
-       CASE WHEN p.customer_id IS NOT NULL THEN p.plan_version
-            ELSE (SELECT max(v.version) FROM billing.plan_versions v WHERE v.plan_id = c.plan_id) END,
-       ch.id,
+SELECT coalesce(p.currency, c.currency), p.status, pl.plan_id, pl.version, v.price_book, ch.id,
        CASE WHEN ch.id IS NOT NULL THEN ch.carried_in_cents
             ELSE (SELECT coalesce(sum(cf.amount_cents), 0) FROM billing.charges cf
                   WHERE cf.customer_id = c.customer_id AND cf.currency = coalesce(p.currency, c.currency)
@@ -91,8 +87,14 @@ SELECT coalesce(p.currency, c.currency), p.status, coalesce(p.plan_id, c.plan_id
        (SELECT rolled_at FROM billing.usage_rollup_watermark)
 FROM billing.customers c
 LEFT JOIN billing.periods p ON p.customer_id = c.customer_id AND p.period = $2
+CROSS JOIN LATERAL (
+    SELECT coalesce(p.plan_id, c.plan_id) AS plan_id,
+           CASE WHEN p.customer_id IS NOT NULL THEN p.plan_version
+                ELSE (SELECT max(pv.version) FROM billing.plan_versions pv WHERE pv.plan_id = c.plan_id) END AS version
+) pl
+LEFT JOIN billing.plan_versions v ON v.plan_id = pl.plan_id AND v.version = pl.version
 LEFT JOIN billing.charges ch ON ch.customer_id = c.customer_id AND ch.period = $2
-WHERE c.customer_id = $1`, customerID, b.Label).Scan(&u.Currency, &status, &u.PlanID, &u.PlanVersion, &u.ChargeID,
+WHERE c.customer_id = $1`, customerID, b.Label).Scan(&u.Currency, &status, &u.PlanID, &u.PlanVersion, &book, &u.ChargeID,
 			&u.CarriedCents, &u.AsOf)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("customer %q", customerID)
@@ -103,13 +105,9 @@ WHERE c.customer_id = $1`, customerID, b.Label).Scan(&u.Currency, &status, &u.Pl
 		if status != nil {
 			u.Status = *status
 		}
-		if u.PlanID != nil && u.PlanVersion != nil {
-			plan.id, plan.version = *u.PlanID, *u.PlanVersion
-			if err := tx.QueryRow(ctx, `SELECT price_book FROM billing.plan_versions WHERE plan_id = $1 AND version = $2`,
-				plan.id, plan.version).Scan(&book); err != nil {
-				return fmt.Errorf("error reading version %d of plan %s: %w", plan.version, plan.id, err)
-			}
-			plan.book = book
+		var plan periodPlan
+		if u.PlanID != nil && u.PlanVersion != nil && book != nil {
+			plan = periodPlan{id: *u.PlanID, version: *u.PlanVersion, book: book}
 		}
 		key := periodKey{customerID, b.Label}
 		usage, err := rollupUsage(ctx, tx, []periodKey{key})
