@@ -166,10 +166,7 @@ SELECT DISTINCT customer_id, period FROM upsert ORDER BY 1, 2`, planFresh, fromE
 // voided is left out, as the close leaves it out). A key without roll-ups
 // is absent.
 func rollupUsage(ctx context.Context, tx *Tx, keys []periodKey) (map[periodKey]*periodUsage, error) {
-	customers, periods := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		customers[i], periods[i] = k.customerID, k.period
-	}
+	customers, periods := splitKeys(keys)
 	rows, err := tx.Query(ctx, `
 SELECT r.customer_id, r.period, r.metric, sum(r.events)::bigint, sum(r.quantity)::text, sum(r.amount_cents)::bigint
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
@@ -216,10 +213,7 @@ ORDER BY 1, 2, 3`, planFresh, customers, periods)
 // amounts not) reached. A period the plan cannot rate is logged and left
 // for the close, which fails loudly on it.
 func (l *Ledger) usageThresholdsRatedTx(ctx context.Context, tx *Tx, now time.Time, keys []periodKey) (int, error) {
-	customers, periods := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		customers[i], periods[i] = k.customerID, k.period
-	}
+	customers, periods := splitKeys(keys)
 	rows, err := tx.Query(ctx, `
 SELECT p.customer_id, p.period, p.currency, p.plan_id, p.plan_version, v.price_book
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
@@ -286,4 +280,14 @@ ORDER BY 1, 2`, customers, periods)
 		return 0, nil
 	}
 	return usageThresholdsRecordTx(tx, now, totals).get(ctx)
+}
+
+// splitKeys returns the customers and periods of keys, as two arrays for
+// unnest.
+func splitKeys(keys []periodKey) (customers, periods []string) {
+	customers, periods = make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		customers[i], periods[i] = k.customerID, k.period
+	}
+	return customers, periods
 }
