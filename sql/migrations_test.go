@@ -16,20 +16,27 @@ import (
 	"github.com/tally-billing/tally/internal/tools/testdb"
 )
 
-// migrateTo applies the migrations up to version on the database at url.
-func migrateTo(ctx context.Context, t *testing.T, url string, version int64) {
+// provider returns a goose provider of the migrations for the database at
+// url, and closes its connection when the test ends.
+func provider(t *testing.T, url string) *goose.Provider {
 	t.Helper()
 	db, err := sql.Open("pgx", url)
 	require.NoError(t, err)
-	defer db.Close()
-	_, err = db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS billing`)
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = db.ExecContext(t.Context(), `CREATE SCHEMA IF NOT EXISTS billing`)
 	require.NoError(t, err)
 	fsys, err := fs.Sub(tallysql.Migrations, "migrations")
 	require.NoError(t, err)
 	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
 		goose.WithTableName("billing.goose_db_version"), goose.WithDisableGlobalRegistry(true))
 	require.NoError(t, err)
-	_, err = p.UpTo(ctx, version)
+	return p
+}
+
+// migrateTo applies the migrations up to version on the database at url.
+func migrateTo(ctx context.Context, t *testing.T, url string, version int64) {
+	t.Helper()
+	_, err := provider(t, url).UpTo(ctx, version)
 	require.NoError(t, err)
 }
 
@@ -130,14 +137,7 @@ FROM billing.usage_rollups ORDER BY metric`)
 	migrateTo(ctx, t, url, 26)
 	check()
 
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	defer db.Close()
-	fsys, err := fs.Sub(tallysql.Migrations, "migrations")
-	require.NoError(t, err)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
-		goose.WithTableName("billing.goose_db_version"), goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
+	p := provider(t, url)
 	_, err = p.DownTo(ctx, 25)
 	require.NoError(t, err)
 	var scan int64

@@ -261,7 +261,7 @@ func (r *run) rollupWindow(ctx context.Context, api *apiClient, conn *pgx.Conn, 
 	}
 	defer worker.stop()
 	if rolling {
-		err = rollupCaughtUp(ctx, conn)
+		err = rollupCaughtUp(ctx, conn, rollupCatchUpMax)
 	} else {
 		err = rollupRanSince(ctx, conn, startedAt) // its one roll-up, at its start, not in the window
 	}
@@ -293,14 +293,8 @@ func rollupRanSince(ctx context.Context, conn *pgx.Conn, t time.Time) error {
 }
 
 // rollupCaughtUp waits until the roll-ups hold every event committed when
-// it was called, within rollupCatchUpMax.
-func rollupCaughtUp(ctx context.Context, conn *pgx.Conn) error {
-	return rollupCaughtUpWithin(ctx, conn, rollupCatchUpMax)
-}
-
-// rollupCaughtUpWithin waits until the roll-ups hold every event committed
-// when it was called, within bound.
-func rollupCaughtUpWithin(ctx context.Context, conn *pgx.Conn, bound time.Duration) error {
+// it was called, within bound.
+func rollupCaughtUp(ctx context.Context, conn *pgx.Conn, bound time.Duration) error {
 	var last int64
 	if err := conn.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM billing.usage_events`).Scan(&last); err != nil {
 		return err

@@ -92,7 +92,7 @@ WHERE p.customer_id = $1`, usageCustomer, usageMetrics, n); err != nil {
 		return nil, err
 	}
 	t0 = time.Now()
-	if err := rollupCaughtUpWithin(ctx, conn, usageRollupMax); err != nil {
+	if err := rollupCaughtUp(ctx, conn, usageRollupMax); err != nil {
 		return fail(err)
 	}
 	rolled := time.Since(t0)
