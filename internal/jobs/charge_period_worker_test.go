@@ -80,6 +80,27 @@ func (b *testBundle) waitJobsFinalized(t *testing.T) {
 	}
 }
 
+// retrySnoozedCharges waits until no charge job is available or running,
+// then makes the snoozed ones (scheduled) run now.
+func (b *testBundle) retrySnoozedCharges(t *testing.T, ctx context.Context) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state IN ('available', 'running', 'retryable', 'pending')`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("charge jobs never settled into completed or snoozed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rows, err := b.Pool.Query(ctx, `SELECT id FROM river.river_job WHERE kind = 'charge_period' AND state = 'scheduled'`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, err := b.worker.JobRetry(ctx, id)
+		require.NoError(t, err)
+	}
+}
+
 // paymentIntents returns the PaymentIntents the simulator created for a
 // Stripe customer.
 func (b *testBundle) paymentIntents(stripeCustomer string) []string {
@@ -386,6 +407,9 @@ VALUES ('{"customer_id":"acme","period":"2026-11"}', 'charge_period', 25, 'charg
 		b.closeNow(t, ctx, "acme")
 
 		c := b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeSucceeded))
+		// The run that found the lease held snoozed until the lease would
+		// expire (30 s here): wake it, as the time passing would.
+		b.retrySnoozedCharges(t, ctx)
 		b.waitJobsFinalized(t)
 		require.Equal(t, b.paymentIntents("cus_acme"), []string{*c.StripePaymentIntentID})
 		require.Equal(t, []string{"succeeded"}, b.attempts(t, ctx, c.ID), "the second run never called Stripe")
