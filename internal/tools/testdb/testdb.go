@@ -1,6 +1,8 @@
 // Package testdb gives each test its own migrated Postgres database, cloned
 // from a template that is migrated once per migration set. Tests run against
-// a real Postgres, never a mock of it.
+// a real Postgres, never a mock of it. A test binary run through Main puts
+// each database back as the template left it for the next test, rather
+// than creating and dropping one per test (reuse.go).
 //
 // The admin connection comes from TALLY_TEST_ADMIN_DATABASE_URL (make test
 // sets it from scripts/ensure-postgres.sh), else the local Postgres at
@@ -55,8 +57,9 @@ func AdminURL() string {
 	return AdminURLDefault
 }
 
-// New creates a fresh, fully migrated database for t, dropped when t ends,
-// and returns a pool connected to it together with its connection string.
+// New gives t a fully migrated database, as the template left it, put back
+// or dropped when t ends, and returns a pool connected to it together with
+// its connection string.
 func New(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
@@ -66,13 +69,46 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("error preparing template database: %v", templateErr)
 	}
 
-	url := createDatabase(t, "tally_t_"+randomHex(8), templateName)
+	url := cloneTemplate(t)
 	pool, err := postgres.Connect(ctx, url, "tally-test", 0)
 	if err != nil {
 		t.Fatalf("error connecting to test database: %v", err)
 	}
 	t.Cleanup(pool.Close) // runs before the drop registered by createDatabase
 	return pool, url
+}
+
+// cloneTemplate returns the URL of a database as the template left it, put
+// back when t ends (reuse.go): one an earlier test put back, else a new
+// clone.
+func cloneTemplate(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	db, ok := spareDB{}, false
+	if reuseOn.Load() {
+		db, ok = takeSpare()
+	}
+	if !ok {
+		db.name = "tally_t_" + randomHex(8)
+		admin := adminConn(t)
+		_, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", db.name, templateName))
+		_ = admin.Close(ctx)
+		if err != nil {
+			t.Fatalf("error creating test database: %v", err)
+		}
+	}
+	url, err := databaseURL(db.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok && reuseOn.Load() {
+		// A fresh clone: its catalog is the template's.
+		if db.catalog, err = notePristine(ctx, url); err != nil {
+			t.Logf("testdb: databases not reused: %v", err)
+		}
+	}
+	t.Cleanup(func() { release(t, db) })
+	return url
 }
 
 // NewEmpty creates a database with nothing in it (no schema, no migration),
