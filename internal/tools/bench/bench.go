@@ -98,7 +98,7 @@ type Config struct {
 	// RepoDir is the module root: the binaries are built from it, and git
 	// describes the commit measured.
 	RepoDir string
-	// WorkDir receives the binaries and the servers' logs; empty: a
+	// WorkDir receives the servers' logs; empty: a
 	// temporary directory, removed at the end unless Keep.
 	WorkDir string
 
@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 			_ = os.RemoveAll(dir)
 		}()
 	}
-	r.binDir, r.logDir = filepath.Join(r.cfg.WorkDir, "bin"), filepath.Join(r.cfg.WorkDir, "logs")
+	r.logDir = filepath.Join(r.cfg.WorkDir, "logs")
 	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("error creating %s: %w", r.logDir, err)
 	}
@@ -247,8 +247,9 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	r.report.Header = header
 
 	if cfg.runsAny(PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseUsageQuery, PhaseCharges) {
-		r.logf("building server, stripesim, billingctl and migrate into %s", r.binDir)
-		if err := proc.Build(ctx, cfg.serverRepo(), r.binDir); err != nil {
+		r.logf("building server, stripesim, billingctl and migrate from %s", cfg.serverRepo())
+		var err error
+		if r.binDir, err = proc.Commands(ctx, cfg.serverRepo()); err != nil {
 			return nil, fmt.Errorf("error building the commands: %w", err)
 		}
 	}

@@ -73,14 +73,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}, plans: planBook{}}
 	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
 
-	r.binDir = filepath.Join(cfg.WorkDir, "bin")
-	if err := proc.Build(ctx, cfg.RepoDir, r.binDir); err != nil {
+	var err error
+	if r.binDir, err = proc.Commands(ctx, cfg.RepoDir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	var err error
 	if r.cluster, err = startCluster(ctx, cfg.WorkDir); err != nil {
 		return nil, err
 	}

@@ -243,8 +243,8 @@ func (f *failover) setup(ctx context.Context) error {
 	}
 	f.binDir = f.cfg.BinDir
 	if f.binDir == "" {
-		f.binDir = filepath.Join(f.cfg.WorkDir, "bin")
-		if err := proc.Build(ctx, f.cfg.RepoDir, f.binDir); err != nil {
+		var err error
+		if f.binDir, err = proc.Commands(ctx, f.cfg.RepoDir); err != nil {
 			return err
 		}
 	}

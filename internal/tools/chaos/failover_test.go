@@ -26,10 +26,10 @@ func TestFailoverShort(t *testing.T) {
 	require.NoError(t, err)
 	repoDir := filepath.Dir(strings.TrimSpace(string(gomod)))
 	// One build for both drills.
-	binDir := filepath.Join(t.TempDir(), "bin")
 	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancelBuild()
-	require.NoError(t, proc.Build(buildCtx, repoDir, binDir))
+	binDir, err := proc.Commands(buildCtx, repoDir)
+	require.NoError(t, err)
 
 	drill := func(t *testing.T, sync bool) {
 		// A fixed seed keeps make test reproducible (timing still varies);

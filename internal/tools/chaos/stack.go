@@ -16,7 +16,7 @@ import (
 // stackConfig describes the Tally processes of a run. Its database must
 // exist; newStack migrates it.
 type stackConfig struct {
-	binDir string // the four commands, from proc.Build
+	binDir string // the four commands, from proc.Commands
 	logDir string // one log file per process
 	dbURL  string // every process's DATABASE_URL
 	apis   int    // API replicas (TALLY_ROLES=api)

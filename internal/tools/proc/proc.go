@@ -29,6 +29,33 @@ func Build(ctx context.Context, repoDir, dir string) error {
 	return nil
 }
 
+// Commands builds the four commands of the module at repoDir, as Build
+// does, into the checkout's .tmp/bin-tools, and returns that directory.
+// Every tool and test of one checkout shares it: go build leaves binaries
+// that are up to date alone, so only the first build after a change links
+// (a few seconds each). Builds are serialized by a lock file; a build
+// replaces a binary by a new file, so a process running the old one is
+// not disturbed.
+func Commands(ctx context.Context, repoDir string) (string, error) {
+	dir := filepath.Join(repoDir, ".tmp", "bin-tools")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("error locking %s: %w", dir, err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing unlocks too
+	if err := Build(ctx, repoDir, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
