@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000, "seed of the load and the fault schedule")
-	short := fs.Bool("short", false, "the short variant (5,000 events)")
+	short := fs.Bool("short", false, "the short variant (3,000 events)")
 	events := fs.Int("events", 0, "override the number of distinct events")
 	customers := fs.Int("customers", 0, "override the number of customers")
 	workDir := fs.String("workdir", "", "where binaries, the Postgres cluster and logs go (default .tmp/chaos/<seed>, "+

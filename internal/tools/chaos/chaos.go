@@ -440,19 +440,21 @@ func (r *run) closeAll(ctx context.Context, customers []string, periods []time.T
 	}
 }
 
-// killLoop SIGKILLs a random replica every KillEvery and restarts it after
-// a pause, until 70% of the load: a job left running by a killed worker
-// waits for River's rescuer (RescueStuckJobsAfter plus its interval), which
-// then has time to run before the end.
+// killLoop SIGKILLs a random replica every KillEvery, a worker and an API
+// replica in turn, and restarts it after a pause, until 70% of the load: a
+// job left running by a killed worker waits for River's rescuer
+// (RescueStuckJobsAfter plus its interval), which then has time to run
+// before the end.
 func (r *run) killLoop(ctx context.Context) {
-	replicas := append(append([]*proc.Proc{}, r.apis...), r.workers...)
+	groups := [][]*proc.Proc{r.workers, r.apis}
 	stopAt := time.Now().Add(r.cfg.LoadFor * 7 / 10)
-	for time.Now().Before(stopAt) {
+	for n := 0; time.Now().Before(stopAt); n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(r.cfg.KillEvery):
 		}
+		replicas := groups[n%len(groups)]
 		p := replicas[r.intn(len(replicas))]
 		if !p.Running() {
 			continue

@@ -29,7 +29,7 @@ type Config struct {
 // events, done in well under two minutes.
 func ShortConfig(seed int64) Config {
 	return Config{
-		Seed: seed, Customers: 200, Events: 5_000, LoadFor: 25 * time.Second, KillEvery: 3 * time.Second,
+		Seed: seed, Customers: 120, Events: 3_000, LoadFor: 15 * time.Second, KillEvery: 3 * time.Second,
 		QuiesceMax: 90 * time.Second, Producers: 12,
 	}
 }
