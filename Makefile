@@ -44,7 +44,7 @@ test: ## go test -race against a real Postgres (+ stripe-mock), then each fuzz t
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	echo "make test: Postgres admin URL $$admin_url" >&2; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" STRIPE_MOCK_BIN="$(STRIPE_MOCK)" PROMTOOL_BIN="$(GOPATH_BIN)/promtool" HELM_BIN="$(GOPATH_BIN)/helm" OAPI_CODEGEN_BIN="$(GOPATH_BIN)/oapi-codegen" CHROMIUM_BIN="$$(command -v chromium)" CGO_ENABLED=1 \
-	  $(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) $(PKGS)
+	  $(GO) test -race -vet=off -count=1 -timeout 9m $(TESTFLAGS) $(PKGS)
 	$(call fuzz-run,$(FUZZTIME_TEST))
 
 fuzz: ## run each fuzz target (usage events, batches, Stripe webhooks) for FUZZTIME (100,000 inputs); no database needed
