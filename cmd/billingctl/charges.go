@@ -519,6 +519,8 @@ func lineText(li ledger.ChargeLine, currency string) string {
 	switch u := li.Usage; {
 	case li.Kind == ledger.ChargeLineCarried:
 		return fmt.Sprintf("carried     %d %s from earlier charges", li.AmountCents, currency)
+	case li.Kind == ledger.ChargeLineCredit:
+		return fmt.Sprintf("credit      %d %s from grant %s", li.AmountCents, currency, li.GrantID)
 	case u == nil:
 		return fmt.Sprintf("pre-priced  %d events  %d %s", li.EventCount, li.AmountCents, currency)
 	default:

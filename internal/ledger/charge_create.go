@@ -7,14 +7,17 @@ import (
 )
 
 // chargeCreateTx rates the closed period, whose currency is currency, into
-// lines (charge_line.go) and inserts its charge, whose amount is their sum,
-// with them.
+// lines (charge_line.go), applies the customer's credits to them
+// (credit_burn.go) and inserts its charge, whose amount is the sum of its
+// lines, with them: pending, or covered when credits paid a positive total
+// whole, or skipped when there was nothing to pay.
 func chargeCreateTx(ctx context.Context, tx *Tx, p PeriodCloseParams, namespace, currency string, now time.Time) (*Charge, error) {
 	// The events, and earlier charges carried forward (below Stripe's
 	// minimum), which are billed with this one: read (and locked) with the
 	// period's row, in its round trip.
 	usage := periodUsageTx(tx, p.CustomerID, p.Period)
 	carriedIn := chargeCarriedInTx(tx, p.CustomerID, currency)
+	grants := creditsAvailableTx(tx, p.CustomerID, p.Period, currency, now)
 	var stripeCustomer string
 	var paymentMethod *string
 	var startsAt time.Time
@@ -43,15 +46,25 @@ WHERE p.customer_id = $1 AND p.period = $2`,
 		return nil, err
 	}
 	carriedIDs, carried := in.ids, in.total
-	lines, total, err := rateLines(u, plan, carried)
+	lines, rated, err := rateLines(u, plan, carried)
 	if err != nil {
 		return nil, fmt.Errorf("error rating period: %w", err)
 	}
-	usageThresholdsAtCloseTx(tx, now, p.CustomerID, p.Period, currency, total-carried)
+	usageThresholdsAtCloseTx(tx, now, p.CustomerID, p.Period, currency, rated-carried)
+	available, err := grants.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	credits, covered := applyCredits(lines, available)
+	lines, total := append(lines, credits...), rated-covered
 	// The guards (Stripe's limits, cap, budget, anomaly) are checked when the
 	// charge is first claimed, in the transaction that reserves its budget.
 	status := ChargePending
-	if total == 0 && !p.paidOnStripe {
+	switch {
+	case total > 0 || p.paidOnStripe:
+	case rated > 0:
+		status = ChargeCovered
+	default:
 		status = ChargeSkipped
 	}
 	charge, err := scanCharge(tx.QueryRow(ctx, `
@@ -69,12 +82,16 @@ RETURNING `+chargeColumns,
 	if err := chargeLinesInsertTx(tx, charge.ID, lines, now); err != nil {
 		return nil, err
 	}
-	reason := fmt.Sprintf("closed with %d events totalling %d %s", u.events, total-carried, currency)
+	creditsAppliedInsertTx(tx, p.CustomerID, charge.ID, credits, p.Actor, now)
+	reason := fmt.Sprintf("closed with %d events totalling %d %s", u.events, rated-carried, currency)
 	if len(u.metrics) > 0 {
 		reason += fmt.Sprintf(" (%d metrics rated with version %d of plan %s)", len(u.metrics), plan.version, plan.id)
 	}
 	if carried > 0 {
 		reason += fmt.Sprintf(", plus %d carried from charges %v", carried, carriedIDs)
+	}
+	if covered > 0 {
+		reason += fmt.Sprintf(", less %d of credits from %d grants", covered, len(credits))
 	}
 	if err := transitionTx(ctx, tx, now, charge.ID, nil, status, p.Actor, reason); err != nil {
 		return nil, err

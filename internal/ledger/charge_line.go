@@ -17,8 +17,9 @@ import (
 // A charge is made of lines (billing.charge_lines), written with it at the
 // close: one per metric of the period's quantity events, rated with the
 // plan version the period opened with; one for the pre-priced events; one
-// for earlier charges carried into it. Its amount is the sum of their
-// amounts, each rounded once (pricing.Rate).
+// for earlier charges carried into it; one per credit grant applied, a
+// negative amount. Its amount is the sum of their amounts, each rounded
+// once (pricing.Rate).
 
 // ChargeLineKind is what a line bills.
 type ChargeLineKind string
@@ -31,6 +32,9 @@ const (
 	ChargeLinePrePriced ChargeLineKind = "pre_priced"
 	// ChargeLineCarried is earlier charges carried forward into this one.
 	ChargeLineCarried ChargeLineKind = "carried"
+	// ChargeLineCredit is one grant's credits applied to the lines above: a
+	// negative amount (credit_burn.go).
+	ChargeLineCredit ChargeLineKind = "credit"
 )
 
 // ChargeLine is one line of a charge.
@@ -48,6 +52,9 @@ type ChargeLine struct {
 
 	// Usage is the rating of a usage line; nil for the other kinds.
 	Usage *UsageRating
+
+	// GrantID is a credit line's grant; "" for the other kinds.
+	GrantID string
 }
 
 // UsageRating is how a usage line was rated.
@@ -204,10 +211,14 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 		events, amounts                 = make([]int64, n), make([]int64, n)
 		minimums                        = make([]bool, n)
 		exacts                          = make([]string, n)
+		grants                          = make([]*string, n)
 	)
 	for i, l := range lines {
 		nums[i], kinds[i], events[i], amounts[i] = l.Line, string(l.Kind), l.EventCount, l.AmountCents
 		exacts[i] = pricing.Text(&l.ExactAmount)
+		if l.GrantID != "" {
+			grants[i] = &l.GrantID
+		}
 		u := l.Usage
 		if u == nil {
 			continue
@@ -238,16 +249,17 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 	}
 	tx.execLater(nil, `
 INSERT INTO billing.charge_lines (charge_id, line, kind, metric, plan_id, plan_version, model, quantity, event_count,
-                                  tiers, packages, subtotal, minimum_applied, exact_amount, amount_cents, created_at)
+                                  tiers, packages, subtotal, minimum_applied, exact_amount, amount_cents, grant_id,
+                                  created_at)
 SELECT $1, l.line, l.kind, l.metric, l.plan_id, l.plan_version, l.model, l.quantity::numeric, l.event_count,
        l.tiers::jsonb, l.packages::numeric, l.subtotal::numeric, l.minimum_applied, l.exact_amount::numeric,
-       l.amount_cents, $2
+       l.amount_cents, l.grant_id, $2
 FROM unnest($3::integer[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::text[], $9::text[], $10::bigint[],
-            $11::text[], $12::text[], $13::text[], $14::boolean[], $15::text[], $16::bigint[])
+            $11::text[], $12::text[], $13::text[], $14::boolean[], $15::text[], $16::bigint[], $17::text[])
      AS l (line, kind, metric, plan_id, plan_version, model, quantity, event_count, tiers, packages, subtotal,
-           minimum_applied, exact_amount, amount_cents)`,
+           minimum_applied, exact_amount, amount_cents, grant_id)`,
 		chargeID, now, nums, kinds, metrics, planIDs, versions, models, quantities, events, tiers, packages, subtotals,
-		minimums, exacts, amounts)
+		minimums, exacts, amounts, grants)
 	return nil
 }
 
@@ -256,7 +268,7 @@ FROM unnest($3::integer[], $4::text[], $5::text[], $6::text[], $7::integer[], $8
 func (l *Ledger) ChargeLines(ctx context.Context, chargeID int64) ([]ChargeLine, error) {
 	rows, err := l.pool.Query(ctx, `
 SELECT line, kind, event_count, exact_amount::text, amount_cents, metric, plan_id, plan_version, model,
-       quantity::text, tiers, packages::text, subtotal::text, minimum_applied
+       quantity::text, tiers, packages::text, subtotal::text, minimum_applied, coalesce(grant_id, '')
 FROM billing.charge_lines WHERE charge_id = $1 ORDER BY line`, chargeID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the lines of charge %d: %w", chargeID, err)
@@ -277,7 +289,7 @@ func scanChargeLine(row pgx.CollectableRow) (ChargeLine, error) {
 	var tiers []byte
 	var minimum bool
 	err := row.Scan(&l.Line, &l.Kind, &l.EventCount, &exact, &l.AmountCents, &metric, &planID, &version, &model,
-		&quantity, &tiers, &packages, &subtotal, &minimum)
+		&quantity, &tiers, &packages, &subtotal, &minimum, &l.GrantID)
 	if err != nil {
 		return l, err
 	}

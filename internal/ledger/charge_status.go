@@ -20,6 +20,7 @@ const (
 	ChargeSucceeded  ChargeStatus = "succeeded"
 	ChargeFailed     ChargeStatus = "failed"
 	ChargeSkipped    ChargeStatus = "skipped"  // the period's total was zero
+	ChargeCovered    ChargeStatus = "covered"  // credits paid the period's whole total; no Stripe call
 	ChargeCanceled   ChargeStatus = "canceled" // an operator canceled it; no money moved
 
 	// ChargeCarriedForward: below Stripe's minimum for its currency; never
@@ -37,7 +38,8 @@ const (
 
 // ChargeStatuses lists every status, in the order of the status machine.
 var ChargeStatuses = []ChargeStatus{ChargePending, ChargeProcessing, ChargeUnknown, ChargeHeld,
-	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward, ChargePastDue, ChargeUncollectible}
+	ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCovered, ChargeCanceled, ChargeCarriedForward, ChargePastDue,
+	ChargeUncollectible}
 
 // chargeStatusList names every status for an error message: "pending,
 // processing, … or carried_forward".
@@ -63,7 +65,7 @@ func (s ChargeStatus) Valid() bool {
 // uncollectible charge takes the late success of its own PaymentIntent.
 func (s ChargeStatus) Terminal() bool {
 	switch s {
-	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCanceled, ChargeCarriedForward, ChargeUncollectible:
+	case ChargeSucceeded, ChargeFailed, ChargeSkipped, ChargeCovered, ChargeCanceled, ChargeCarriedForward, ChargeUncollectible:
 		return true
 	}
 	return false

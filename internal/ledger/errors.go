@@ -79,6 +79,14 @@ const (
 	// whose charge then counts it.
 	ConflictPeriodClosed = "period_closed"
 
+	// ConflictGrantIDReused: a grant_id already names another grant of the
+	// customer; choose a new grant_id (or void that grant and grant again).
+	ConflictGrantIDReused = "grant_id_reused"
+
+	// ConflictGrantExhausted: the grant has nothing left to void (used up
+	// or expired).
+	ConflictGrantExhausted = "grant_exhausted"
+
 	// ConflictChargeNotHeld: approve and resolve act on held charges only
 	// (and approve not on a double charge or a mismatch: resolve those).
 	ConflictChargeNotHeld = "charge_not_held"
