@@ -241,6 +241,7 @@ type chargeLine struct {
 	Packages       string           `json:"packages,omitempty"`
 	Subtotal       string           `json:"subtotal,omitempty"`
 	MinimumApplied *bool            `json:"minimum_applied,omitempty"`
+	GrantID        string           `json:"grant_id,omitempty"`
 }
 
 // chargeLineTier is one tier of a usage line: the tier's number in the price
@@ -256,7 +257,7 @@ type chargeLineTier struct {
 
 func newChargeLine(li ledger.ChargeLine) chargeLine {
 	out := chargeLine{Line: li.Line, Kind: string(li.Kind), EventCount: li.EventCount,
-		ExactAmount: li.ExactAmount.Text('f'), AmountCents: li.AmountCents}
+		ExactAmount: li.ExactAmount.Text('f'), AmountCents: li.AmountCents, GrantID: li.GrantID}
 	u := li.Usage
 	if u == nil {
 		return out

@@ -37,7 +37,7 @@ func TestChargeList(t *testing.T) {
 
 		// An unknown status is answered with every status there is.
 		p := requireInvalid(t, b.do(http.MethodGet, "/v1/charges?status=paid", ""), "status")
-		require.Equal(t, `unknown status "paid": want one of pending, processing, unknown, held, succeeded, failed, skipped, canceled, carried_forward, past_due or uncollectible`, p.Errors["status"])
+		require.Equal(t, `unknown status "paid": want one of pending, processing, unknown, held, succeeded, failed, skipped, covered, canceled, carried_forward, past_due or uncollectible`, p.Errors["status"])
 
 		// Every bad parameter is named at once.
 		p = requireInvalid(t, b.do(http.MethodGet, "/v1/charges?customer_id=%00&limit=x&starting_after=%ff", ""), "customer_id")

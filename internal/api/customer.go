@@ -64,11 +64,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			httpjson.WriteError(logger, w, r, err)
 			return
 		}
-		status := http.StatusOK
-		if created {
-			status = http.StatusCreated
-		}
-		httpjson.Encode(w, status, newCustomerResponse(c))
+		httpjson.Encode(w, createdOrOK(created), newCustomerResponse(c))
 	})
 }
 

@@ -63,11 +63,7 @@ func handlePlanPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			httpjson.WriteInternal(logger, w, r, err)
 			return
 		}
-		status := http.StatusOK
-		if created {
-			status = http.StatusCreated
-		}
-		httpjson.Encode(w, status, resp)
+		httpjson.Encode(w, createdOrOK(created), resp)
 	})
 }
 

@@ -30,6 +30,9 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("GET /v1/customers/{customer_id}", auth(ledger.ScopeBillingRead, handleCustomerGet(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/usage", auth(ledger.ScopeBillingRead, handleCustomerUsage(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/usage/series", auth(ledger.ScopeBillingRead, handleCustomerUsageSeries(logger, l)))
+	mux.Handle("POST /v1/customers/{customer_id}/credit-grants", auth(ledger.ScopeAdmin, handleCreditGrantCreate(logger, l)))
+	mux.Handle("POST /v1/customers/{customer_id}/credit-grants/{grant_id}/void", auth(ledger.ScopeAdmin, handleCreditGrantVoid(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/credits", auth(ledger.ScopeBillingRead, handleCustomerCredits(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods", auth(ledger.ScopeBillingRead, handlePeriodList(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods/{period}", auth(ledger.ScopeBillingRead, handlePeriodGet(logger, l)))
 

@@ -70,3 +70,12 @@ func NewServer(logger *slog.Logger, l *ledger.Ledger, ready ReadyFunc, webhookSe
 	h = httpjson.WithRequestID(h)
 	return h
 }
+
+// createdOrOK is the status of a create that is idempotent: 201 when it
+// wrote, 200 for a replay or an update.
+func createdOrOK(created bool) int {
+	if created {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
