@@ -11,31 +11,9 @@ import (
 	"github.com/tally-billing/tally/internal/ledger"
 )
 
-// creditGrantResponse is a grant as the API shows it.
-type creditGrantResponse struct {
-	CustomerID     string     `json:"customer_id"`
-	GrantID        string     `json:"grant_id"`
-	AmountCents    int64      `json:"amount_cents"`
-	RemainingCents int64      `json:"remaining_cents"`
-	Currency       string     `json:"currency"`
-	Category       string     `json:"category"`
-	Priority       int32      `json:"priority"`
-	ExpiresAt      *time.Time `json:"expires_at"`
-	Metrics        []string   `json:"metrics"`
-	Status         string     `json:"status"`
-	CreatedAt      time.Time  `json:"created_at"`
-	CreatedBy      string     `json:"created_by"`
-}
+type creditGrantResponse = ledger.PublicCreditGrant
 
-func newCreditGrantResponse(g *ledger.CreditGrant) creditGrantResponse {
-	metrics := g.Metrics
-	if metrics == nil {
-		metrics = []string{}
-	}
-	return creditGrantResponse{CustomerID: g.CustomerID, GrantID: g.GrantID, AmountCents: g.AmountCents,
-		RemainingCents: g.RemainingCents, Currency: g.Currency, Category: string(g.Category), Priority: g.Priority,
-		ExpiresAt: g.ExpiresAt, Metrics: metrics, Status: string(g.Status), CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy}
-}
+func newCreditGrantResponse(g *ledger.CreditGrant) creditGrantResponse { return g.Public() }
 
 // creditEntryResponse is an entry of a grant as the API shows it.
 type creditEntryResponse struct {

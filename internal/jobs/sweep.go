@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -64,7 +65,9 @@ func (SweepArgs) InsertOpts() river.InsertOpts {
 //     its receipt whose job will not run: its job runs again (logged);
 //     an event that has failed stuckAttempts times or is older than
 //     stuckAfter is logged as ALERT stripe_event_stuck, at most once an hour
-//     (ledger.StripeEventSweep).
+//     (ledger.StripeEventSweep);
+//   - a credit grant past its expires_at with something left that no open
+//     period can still apply: what is left expires (ledger.CreditGrantsExpire).
 //
 // River runs periodic jobs on its leader only; the ledger locks what it
 // sweeps, so a second run at once finds nothing to do.
@@ -87,13 +90,13 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	if err != nil {
 		return fmt.Errorf("error sweeping: %w", err)
 	}
-	return w.sweep(ctx, Scheduler{Client: client})
+	return w.sweep(ctx, Scheduler{Client: client}, fmt.Sprintf("job:%d/%d", job.ID, job.Attempt))
 }
 
-// sweep runs the period sweep, then the Stripe event sweep, and logs what
-// they found. A failing sweep does not stop the other; the run fails so
-// River retries it.
-func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs) error {
+// sweep runs the period sweep, the Stripe event sweep and the credit
+// grants' expiry, and logs what they found. A failing sweep does not stop
+// the others; the run fails so River retries it.
+func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs, actor string) error {
 	now := w.ledger.Now()
 	lost, periodErr := w.ledger.PeriodSweepLostJobs(ctx, ledger.PeriodSweepParams{ClosesBefore: now.Add(-w.after), Jobs: jobs})
 	for _, p := range lost {
@@ -105,10 +108,13 @@ func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs) error {
 	for _, s := range swept {
 		w.logStripeEventSwept(ctx, now, s)
 	}
-	if periodErr != nil {
-		return periodErr
+	expired, expiryErr := w.ledger.CreditGrantsExpire(ctx, actor)
+	for _, e := range expired {
+		w.logger.InfoContext(ctx, "credit grant expired", slog.String("customer_id", e.CustomerID),
+			slog.String("grant_id", e.GrantID), slog.Int64("expired_cents", e.AmountCents), slog.String("currency", e.Currency),
+			slog.Time("expires_at", e.ExpiresAt))
 	}
-	return eventErr
+	return errors.Join(periodErr, eventErr, expiryErr)
 }
 
 func (w *SweepWorker) logPeriodJobLost(ctx context.Context, now time.Time, p ledger.PeriodJobLost) {

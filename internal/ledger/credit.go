@@ -79,6 +79,34 @@ type CreditGrant struct {
 	Status         CreditGrantStatus
 }
 
+// PublicCreditGrant is a grant as the public API shows it, in its answers
+// and in the notifications about it.
+type PublicCreditGrant struct {
+	CustomerID     string     `json:"customer_id"`
+	GrantID        string     `json:"grant_id"`
+	AmountCents    int64      `json:"amount_cents"`
+	RemainingCents int64      `json:"remaining_cents"`
+	Currency       string     `json:"currency"`
+	Category       string     `json:"category"`
+	Priority       int32      `json:"priority"`
+	ExpiresAt      *time.Time `json:"expires_at"`
+	Metrics        []string   `json:"metrics"`
+	Status         string     `json:"status"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CreatedBy      string     `json:"created_by"`
+}
+
+// Public is g as the public API shows it.
+func (g *CreditGrant) Public() PublicCreditGrant {
+	metrics := g.Metrics
+	if metrics == nil {
+		metrics = []string{}
+	}
+	return PublicCreditGrant{CustomerID: g.CustomerID, GrantID: g.GrantID, AmountCents: g.AmountCents,
+		RemainingCents: g.RemainingCents, Currency: g.Currency, Category: string(g.Category), Priority: g.Priority,
+		ExpiresAt: g.ExpiresAt, Metrics: metrics, Status: string(g.Status), CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy}
+}
+
 // CreditEntry is one entry of a grant.
 type CreditEntry struct {
 	ID          int64

@@ -322,3 +322,37 @@ VALUES ('acme', 'g', 'voided', -101, 'too much', 'test', now())`)
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 }
+
+// What is left of a grant at its expiry is written off by the sweep, once
+// no open period can still apply it, and notified.
+func TestCreditGrantsExpire(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.subscribe(t, ctx, ledger.NotifyCreditGrantExpired)
+	b.grant(ctx, t, "dec-10", 1500, expiresAt(time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC)))
+	b.grant(ctx, t, "later", 100, expiresAt(time.Date(2027, 1, 10, 0, 0, 0, 0, time.UTC)))
+	b.record(ctx, t, event("p", 1000))
+
+	b.Clock.Set(time.Date(2026, 12, 11, 0, 0, 0, 0, time.UTC))
+	expired, err := b.Ledger.CreditGrantsExpire(ctx, "job:9/1")
+	require.NoError(t, err)
+	require.Empty(t, expired, "November is open: its close may still apply dec-10")
+
+	c := b.closeNov(ctx, t)
+	requireCredits(t, ctx, b, c, "dec-10", int64(1000))
+	expired, err = b.Ledger.CreditGrantsExpire(ctx, "job:9/1")
+	require.NoError(t, err)
+	require.Equal(t, []ledger.GrantExpiry{{CustomerID: "acme", GrantID: "dec-10", Currency: "usd", AmountCents: 500,
+		ExpiresAt: time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC)}}, expired)
+	require.Zero(t, b.remaining(t, "dec-10"))
+	require.Equal(t, int64(100), b.remaining(t, "later"))
+	require.Equal(t, []string{ledger.NotifyCreditGrantExpired}, b.notifications(t, ctx))
+	require.Equal(t, "expired", b.text(t, `SELECT body -> 'data' -> 'object' ->> 'status' FROM billing.notifications`))
+
+	expired, err = b.Ledger.CreditGrantsExpire(ctx, "job:10/1")
+	require.NoError(t, err)
+	require.Empty(t, expired, "once")
+	require.Equal(t, int64(-500), b.Count(t, `SELECT amount_cents FROM billing.credit_entries WHERE kind = 'expired'`))
+	require.Zero(t, b.Count(t, `SELECT remaining_cents FROM billing.credit_entries WHERE kind = 'expired'`),
+		"the view's running remainder")
+}

@@ -28,6 +28,7 @@ const (
 	NotifyChargeDisputed       = "charge.disputed"
 	NotifyPeriodClosed         = "period.closed"
 	NotifyUsageThreshold       = "usage.threshold_reached"
+	NotifyCreditGrantExpired   = "credit.grant_expired"
 
 	// NotifyAll subscribes an endpoint to every type.
 	NotifyAll = "*"
@@ -37,7 +38,7 @@ const (
 var NotificationTypes = []string{
 	NotifyChargeSucceeded, NotifyChargeFailed, NotifyChargePastDue, NotifyChargeUncollectible,
 	NotifyChargeHeld, NotifyChargeCarriedForward, NotifyChargeCanceled, NotifyChargeRefunded,
-	NotifyChargeDisputed, NotifyPeriodClosed, NotifyUsageThreshold,
+	NotifyChargeDisputed, NotifyPeriodClosed, NotifyUsageThreshold, NotifyCreditGrantExpired,
 }
 
 // NotificationAPIVersion is the version of the objects a notification
@@ -74,6 +75,7 @@ type notice struct {
 	customerID string // period.closed, usage.threshold_reached
 	period     string // period.closed, usage.threshold_reached
 	threshold  int64  // usage.threshold_reached
+	grantID    string // credit.* notices (with customerID)
 }
 
 // recordNotice remembers n in tx, for the notifications written before tx
@@ -118,7 +120,7 @@ func (l *Ledger) notifyTx(ctx context.Context, tx *Tx, now time.Time) error {
 		if len(to) == 0 {
 			continue
 		}
-		object, err := noticeObjectTx(ctx, tx, n)
+		object, err := noticeObjectTx(ctx, tx, now, n)
 		if err != nil {
 			return err
 		}
@@ -151,7 +153,7 @@ func collectSubscriptions(rows pgx.Rows) ([]subscription, error) {
 }
 
 // noticeObjectTx reads the object n reports, as the public API shows it.
-func noticeObjectTx(ctx context.Context, tx *Tx, n notice) (any, error) {
+func noticeObjectTx(ctx context.Context, tx *Tx, now time.Time, n notice) (any, error) {
 	if n.chargeID != 0 {
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, n.chargeID))
 		if err != nil {
@@ -161,6 +163,13 @@ func noticeObjectTx(ctx context.Context, tx *Tx, n notice) (any, error) {
 	}
 	if n.threshold != 0 {
 		return usageThresholdTx(ctx, tx, n.customerID, n.period, n.threshold)
+	}
+	if n.grantID != "" {
+		g, err := creditGrantGetTx(ctx, tx, now, n.customerID, n.grantID)
+		if err != nil {
+			return nil, fmt.Errorf("error reading grant %s/%s to notify: %w", n.customerID, n.grantID, err)
+		}
+		return g.Public(), nil
 	}
 	p, err := scanPeriod(tx.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, n.customerID, n.period))
