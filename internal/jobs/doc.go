@@ -15,7 +15,7 @@
 //   - stripe_event_retention (maintenance, maintenance.go): the periodic
 //     deletion of old processed webhook events;
 //   - sweep (maintenance, sweep.go): the periodic look for lost charge jobs
-//     and stuck Stripe events;
+//     and stuck Stripe events, and the expiry of credit grants;
 //   - dunning_scan (maintenance, dunning.go): the periodic start of the
 //     retries of past_due charges that are due;
 //   - usage_rollup (maintenance, usage_rollup.go): the periodic roll-up of

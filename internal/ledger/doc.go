@@ -24,7 +24,8 @@
 //  1. Pre-flight: ChargePreflight (period_close.go) says what to read from
 //     Stripe before the close.
 //  2. Close and claim: PeriodCloseClaim (period_close.go), one transaction:
-//     the close (PeriodClose's work; the charge created by charge_create.go)
+//     the close (PeriodClose's work; the charge created by charge_create.go,
+//     rated by charge_line.go, credits applied by credit_burn.go)
 //     and the claim (ChargeClaim's work, charge_claim.go, with the guards of
 //     charge_guard.go, the budget of charge_spend.go, the carry-forward of
 //     charge_carry.go and the attempt row of charge_attempt.go).
@@ -57,7 +58,9 @@
 // (notification.go, webhook_endpoint.go, webhook_delivery.go), usage
 // thresholds (usage_threshold.go), the sweeps of lost jobs (sweep.go,
 // period_sweep.go, stripe_event_sweep.go), API keys (api_key.go,
-// api_key_cache.go), customers (customer.go), plans and their versions
+// api_key_cache.go), customers (customer.go), prepaid credits: grants, their
+// voids and balances (credit.go) and their expiry (credit_expiry.go), plans
+// and their versions
 // (price_plan.go; what a price is and how it rates is internal/pricing's),
 // currencies' limits (currency.go), the state the gauges show
 // (operations_snapshot.go, operations_state.go), the ledger's settings from
