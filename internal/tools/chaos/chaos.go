@@ -152,6 +152,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		if ans.status/100 != 2 {
 			return nil, fmt.Errorf("PUT /v1/customers/%s answered %d %s", customers[i], ans.status, ans.code)
 		}
+		if prepaidCustomer(i) {
+			if err := r.grantCredits(ctx, i, customers[i]); err != nil {
+				return nil, err
+			}
+		}
 		switch {
 		case i%40 == 7:
 			expect[customers[i]] = expectation{failureCode: "card_declined"}
@@ -258,6 +263,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	violations = append(violations, voidViolations...)
+	creditViolations, credits, err := checkCredits(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, creditViolations...)
 	notified, err := checkNotifications(ctx, conn, rcv)
 	if err != nil {
 		return nil, err
@@ -280,7 +290,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
 		EventsInLedger: inLedger, VoidsAcked: len(voided), VoidsInLedger: voids, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
-		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Violations: violations,
+		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Credits: credits, Violations: violations,
 	}, nil
 }
 

@@ -213,6 +213,11 @@ FROM billing.charges`)
 			bad("%s/%s has %d succeeded PaymentIntents", k.customer, k.period, succeeded)
 		}
 		switch want := expect[k.customer].failureCode; {
+		case c.status == "covered":
+			if c.amount != 0 || len(mine) != 0 {
+				bad("charge of %s/%s is covered by credits for %d with %d PaymentIntents, want 0 and none",
+					k.customer, k.period, c.amount, len(mine))
+			}
 		case c.amount < usdMinimum:
 			if c.status != "carried_forward" || len(mine) != 0 {
 				bad("charge of %s/%s is %d, below Stripe's minimum: it is %s with %d PaymentIntents, want carried_forward with none",

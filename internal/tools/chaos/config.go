@@ -60,6 +60,10 @@ const (
 	dunningRetries  = 2
 	dunningInterval = time.Second
 
+	// sweepInterval is TALLY_SWEEP_INTERVAL: short, so grants that expire
+	// during the run are written off within it.
+	sweepInterval = 3 * time.Second
+
 	// periodBudget is TALLY_PERIOD_BUDGET_CENTS: set, so every charge
 	// reserves and releases under the faults, but above any period's spend,
 	// so it holds none (the check compares the spend with the charges).

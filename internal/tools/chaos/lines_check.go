@@ -31,6 +31,7 @@ type ledgerLine struct {
 	planVersion           int32
 	quantity, exactAmount string
 	events, amount        int64
+	grantID               string // a credit line's
 }
 
 // periodPlanVersion is the plan version billing.periods recorded for a period.
@@ -116,7 +117,7 @@ func checkLines(ctx context.Context, conn *pgx.Conn, plans planBook) ([]string, 
 	linesOf := map[int64][]ledgerLine{}
 	rows, err = conn.Query(ctx, `
 SELECT charge_id, line, kind, coalesce(metric, ''), coalesce(plan_id, ''), coalesce(plan_version, 0),
-       coalesce(quantity::text, ''), event_count, exact_amount::text, amount_cents
+       coalesce(quantity::text, ''), event_count, exact_amount::text, amount_cents, coalesce(grant_id, '')
 FROM billing.charge_lines ORDER BY charge_id, line`)
 	if err != nil {
 		return nil, nil, nil, err
@@ -126,7 +127,7 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 		var id int64
 		var l ledgerLine
 		if err := rows.Scan(&id, &l.line, &l.kind, &l.metric, &l.planID, &l.planVersion, &l.quantity, &l.events,
-			&l.exactAmount, &l.amount); err != nil {
+			&l.exactAmount, &l.amount, &l.grantID); err != nil {
 			return nil, nil, nil, err
 		}
 		linesOf[id] = append(linesOf[id], l)
@@ -169,8 +170,11 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 		var linesSum int64
 		for _, l := range linesOf[c.id] {
 			name := l.kind
-			if l.kind == "usage" {
+			switch l.kind {
+			case "usage":
 				name += " " + l.metric
+			case "credit":
+				name += " " + l.grantID
 			}
 			if _, dup := got[name]; dup {
 				bad("%s has two %s lines", of, name)
@@ -236,11 +240,26 @@ FROM billing.charge_lines ORDER BY charge_id, line`)
 				bad("%s: its %s line is %d cents for %d events; want %d for %d", of, fixed.kind, l.amount, l.events, fixed.cents, fixed.events)
 			}
 		}
+		// Credits (one line per grant applied, checked against the grants
+		// by checkCredits) take from what the lines above come to.
+		var credits int64
+		for _, name := range sortedKeys(got) {
+			if l := got[name]; l.kind == "credit" {
+				delete(got, name)
+				credits -= l.amount
+				if l.amount >= 0 || l.events != 0 || l.grantID == "" {
+					bad("%s: its credit line %q is %d cents for %d events", of, l.grantID, l.amount, l.events)
+				}
+			}
+		}
+		if credits > total {
+			bad("%s: its credits (%d) are more than its lines come to (%d)", of, credits, total)
+		}
 		extra := sortedKeys(got)
 		if len(extra) > 0 {
 			bad("%s has lines the events do not explain: %s", of, strings.Join(extra, ", "))
 		}
-		want[c.key] = total
+		want[c.key] = total - credits
 	}
 	sort.Strings(violations)
 	return violations, want, checked, nil

@@ -26,6 +26,7 @@ type Report struct {
 	Charges        map[string]int // status → charges
 	PaymentIntents int
 	Lines          map[string]int // charge lines rated again and checked, by what they cover
+	Credits        map[string]int // grants, and their applied and expired entries, checked
 	Violations     []string
 }
 
@@ -70,6 +71,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "charges by status    %s\n", formatCounts(r.Charges))
 	fmt.Fprintf(w, "charge lines         %d rated again from the events and matched to the cent: %s\n", r.LinesChecked(),
 		formatCounts(r.Lines))
+	fmt.Fprintf(w, "credits              %s checked (prepaid customers: one in ten)\n", formatCounts(r.Credits))
 	fmt.Fprintf(w, "payment intents      %d\n", r.PaymentIntents)
 	fmt.Fprintf(w, "violations           %d (expected 0)\n", len(r.Violations))
 	writeList(w, r.Violations, 50)

@@ -84,7 +84,8 @@ func newStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		"TALLY_RETRY_MAX_DELAY="+retryMaxDelay.String(), "TALLY_LOG_LEVEL=warn", "TALLY_SHUTDOWN_TIMEOUT=5s",
 		"TALLY_METRICS_ADDR=off", // several replicas share the host
 		"TALLY_DUNNING_SCHEDULE="+dunningSchedule, "TALLY_DUNNING_INTERVAL="+dunningInterval.String(),
-		"TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8") // the run's webhook receiver listens on 127.0.0.1
+		"TALLY_SWEEP_INTERVAL="+sweepInterval.String(), // the expiry of credit grants runs in the sweep
+		"TALLY_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8")       // the run's webhook receiver listens on 127.0.0.1
 	common = append(common, sc.env...)
 	for i, url := range s.apiURLs {
 		s.apis = append(s.apis, &proc.Proc{Name: fmt.Sprintf("api-%d", i), Bin: filepath.Join(sc.binDir, "server"),
