@@ -82,7 +82,7 @@ RETURNING `+chargeColumns,
 	if err := chargeLinesInsertTx(tx, charge.ID, lines, now); err != nil {
 		return nil, err
 	}
-	creditsAppliedInsertTx(tx, p.CustomerID, charge.ID, credits, p.Actor, now)
+	creditsAppliedInsertTx(tx, p.CustomerID, charge.ID, credits, available, p.Actor, now)
 	reason := fmt.Sprintf("closed with %d events totalling %d %s", u.events, rated-carried, currency)
 	if len(u.metrics) > 0 {
 		reason += fmt.Sprintf(" (%d metrics rated with version %d of plan %s)", len(u.metrics), plan.version, plan.id)

@@ -15,8 +15,11 @@ import (
 // (billing.credit_grants), and everything that happens to it afterwards is
 // an entry with a signed amount (billing.credit_grant_entries): granted,
 // applied to a charge by its close (credit_burn.go), expired, voided. What
-// is left of a grant is the sum of its entries, never below zero; each
-// writer of an entry locks the grant's row first.
+// is left of a grant is the sum of its entries, never below zero. The
+// entries of a grant are a chain (seq, remaining_cents after each), which
+// Postgres holds with constraints; each writer of an entry locks the
+// grant's row first, then reads its last entry (creditGrantLastTx) in the
+// next statement, and appends the next.
 
 // CreditCategory says what a grant is, for finance.
 type CreditCategory string
@@ -222,8 +225,8 @@ ON CONFLICT (customer_id, grant_id) DO NOTHING`,
 	created := tag.RowsAffected() == 1
 	if created {
 		tx.execLater(nil, `
-INSERT INTO billing.credit_grant_entries (customer_id, grant_id, kind, amount_cents, actor, created_at)
-VALUES ($1, $2, 'granted', $3, $4, $5)`, want.CustomerID, want.GrantID, want.AmountCents, actor, now)
+INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, actor, created_at)
+VALUES ($1, $2, 1, 'granted', $3, $3, $4, $5)`, want.CustomerID, want.GrantID, want.AmountCents, actor, now)
 	}
 	g, err := creditGrantGetTx(ctx, tx, now, want.CustomerID, want.GrantID)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -325,23 +328,21 @@ SELECT 1 FROM billing.credit_grants WHERE customer_id = $1 AND grant_id = $2 FOR
 		if err != nil {
 			return fmt.Errorf("error locking grant: %w", err)
 		}
-		var remaining int64
-		var voided *int64
-		err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(amount_cents), 0)::bigint, max(id) FILTER (WHERE kind = 'voided')
-FROM billing.credit_grant_entries WHERE customer_id = $1 AND grant_id = $2`, p.CustomerID, p.GrantID).Scan(&remaining, &voided)
+		last, err := creditGrantLastTx(ctx, tx, p.CustomerID, p.GrantID)
 		if err != nil {
-			return fmt.Errorf("error reading grant: %w", err)
+			return err
 		}
+		voided := last.voided
 		if voided == nil {
-			if remaining == 0 {
+			if last.remaining == 0 {
 				return &ConflictError{Code: ConflictGrantExhausted, Detail: fmt.Sprintf(
 					"grant %q of customer %q has nothing left to void (used up or expired); see its entries at GET /v1/customers/{id}/credits",
 					p.GrantID, p.CustomerID)}
 			}
 			err = tx.QueryRow(ctx, `
-INSERT INTO billing.credit_grant_entries (customer_id, grant_id, kind, amount_cents, reason, actor, created_at)
-VALUES ($1, $2, 'voided', $3, $4, $5, $6) RETURNING id`, p.CustomerID, p.GrantID, -remaining, p.Reason, p.Actor, now).Scan(&voided)
+INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, reason, actor, created_at)
+VALUES ($1, $2, $3, 'voided', $4, 0, $5, $6, $7) RETURNING id`,
+				p.CustomerID, p.GrantID, last.seq+1, -last.remaining, p.Reason, p.Actor, now).Scan(&voided)
 			if err != nil {
 				return fmt.Errorf("error voiding grant: %w", err)
 			}
@@ -355,6 +356,34 @@ FROM billing.credit_grant_entries WHERE id = $1`, *voided))
 		return nil, false, fmt.Errorf("error voiding grant %q of customer %q: %w", p.GrantID, p.CustomerID, err)
 	}
 	return entry, created, nil
+}
+
+// creditLast is a grant's last entry: its number in the chain and what is
+// left after it, with the grant's void, if it has one.
+type creditLast struct {
+	seq       int32
+	remaining int64
+	voided    *int64
+	ended     bool // expired or voided
+}
+
+// creditGrantLastTx reads grant (customerID, grantID)'s last entry. Call it
+// once the grant is locked, in a statement after the lock's: it sees every
+// entry committed before.
+func creditGrantLastTx(ctx context.Context, tx *Tx, customerID, grantID string) (creditLast, error) {
+	var last creditLast
+	err := tx.QueryRow(ctx, `
+SELECT e.seq, e.remaining_cents,
+       (SELECT v.id FROM billing.credit_grant_entries v
+        WHERE v.customer_id = e.customer_id AND v.grant_id = e.grant_id AND v.kind = 'voided'),
+       EXISTS (SELECT 1 FROM billing.credit_grant_entries v
+               WHERE v.customer_id = e.customer_id AND v.grant_id = e.grant_id AND v.kind IN ('expired', 'voided'))
+FROM billing.credit_grant_entries e WHERE e.customer_id = $1 AND e.grant_id = $2
+ORDER BY e.seq DESC LIMIT 1`, customerID, grantID).Scan(&last.seq, &last.remaining, &last.voided, &last.ended)
+	if err != nil {
+		return last, fmt.Errorf("error reading grant %q's last entry: %w", grantID, err)
+	}
+	return last, nil
 }
 
 const creditEntryColumns = `id, customer_id, grant_id, kind, amount_cents, charge_id, reason, actor, created_at`

@@ -14,14 +14,16 @@ import (
 // line of the charge (a negative amount) and an applied entry of the grant.
 // The charge is created once per period in that transaction, so a close run
 // twice (a rescued job, two replicas) applies nothing twice; the entries'
-// unique key (charge, grant) and the trigger that keeps a grant's sum at or
-// above zero hold it in Postgres too.
+// unique key (charge, grant) and their chain (each the next of its grant,
+// never below zero: sql/migrations/00027_credits.sql) hold it in Postgres
+// too.
 
 // creditAvailable is a grant the close may apply, with what is left of it.
 type creditAvailable struct {
 	grantID   string
 	metrics   []string // empty: covers every line
 	remaining int64
+	seq       int32 // the grant's last entry's
 }
 
 // creditsCutoff is the moment a closing period's grants are judged at: the
@@ -44,8 +46,8 @@ func creditsAvailableTx(tx *Tx, customerID, period, currency string, now time.Ti
 	return queryLater(tx, func(rows pgx.Rows) ([]creditAvailable, error) {
 		var out []creditAvailable
 		var c creditAvailable
-		_, err := pgx.ForEachRow(rows, []any{&c.grantID, &c.metrics, &c.remaining}, func() error {
-			out = append(out, creditAvailable{grantID: c.grantID, metrics: slices.Clone(c.metrics), remaining: c.remaining})
+		_, err := pgx.ForEachRow(rows, []any{&c.grantID, &c.metrics, &c.remaining, &c.seq}, func() error {
+			out = append(out, creditAvailable{grantID: c.grantID, metrics: slices.Clone(c.metrics), remaining: c.remaining, seq: c.seq})
 			return nil
 		})
 		if err != nil {
@@ -53,11 +55,12 @@ func creditsAvailableTx(tx *Tx, customerID, period, currency string, now time.Ti
 		}
 		return out, nil
 	}, `
-SELECT g.grant_id, coalesce(g.metrics, '{}'), r.remaining
+SELECT g.grant_id, coalesce(g.metrics, '{}'), r.remaining_cents, r.seq
 FROM billing.credit_grants g
-CROSS JOIN LATERAL (SELECT coalesce(sum(e.amount_cents), 0)::bigint AS remaining FROM billing.credit_grant_entries e
-                    WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id) r
-WHERE `+valid+` AND r.remaining > 0
+CROSS JOIN LATERAL (SELECT e.remaining_cents, e.seq FROM billing.credit_grant_entries e
+                    WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id
+                    ORDER BY e.seq DESC LIMIT 1) r
+WHERE `+valid+` AND r.remaining_cents > 0
 `+order, customerID, period, now, currency)
 }
 
@@ -103,17 +106,25 @@ func (g creditAvailable) covers(l ChargeLine) bool {
 }
 
 // creditsAppliedInsertTx writes the applied entries of charge chargeID's
-// credit lines. The statement is sent with the transaction's next one.
-func creditsAppliedInsertTx(tx *Tx, customerID string, chargeID int64, credits []ChargeLine, actor string, now time.Time) {
+// credit lines, each the next in its grant's chain (available: the grants
+// as the close read them). The statement is sent with the transaction's
+// next one.
+func creditsAppliedInsertTx(tx *Tx, customerID string, chargeID int64, credits []ChargeLine, available []creditAvailable,
+	actor string, now time.Time) {
 	if len(credits) == 0 {
 		return
 	}
-	grants, amounts := make([]string, len(credits)), make([]int64, len(credits))
+	n := len(credits)
+	grants, amounts, seqs, remaining := make([]string, n), make([]int64, n), make([]int32, n), make([]int64, n)
 	for i, c := range credits {
+		j := slices.IndexFunc(available, func(a creditAvailable) bool { return a.grantID == c.GrantID })
 		grants[i], amounts[i] = c.GrantID, c.AmountCents
+		seqs[i], remaining[i] = available[j].seq+1, available[j].remaining+c.AmountCents
 	}
 	tx.execLater(nil, `
-INSERT INTO billing.credit_grant_entries (customer_id, grant_id, kind, amount_cents, charge_id, actor, created_at)
-SELECT $1, a.grant_id, 'applied', a.amount_cents, $2, $3, $4
-FROM unnest($5::text[], $6::bigint[]) AS a (grant_id, amount_cents)`, customerID, chargeID, actor, now, grants, amounts)
+INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, charge_id, actor,
+                                          created_at)
+SELECT $1, a.grant_id, a.seq, 'applied', a.amount_cents, a.remaining_cents, $2, $3, $4
+FROM unnest($5::text[], $6::integer[], $7::bigint[], $8::bigint[]) AS a (grant_id, seq, amount_cents, remaining_cents)`,
+		customerID, chargeID, actor, now, grants, seqs, amounts, remaining)
 }

@@ -86,26 +86,28 @@ SELECT currency, expires_at FROM billing.credit_grants WHERE customer_id = $1 AN
 	if err != nil {
 		return nil, fmt.Errorf("error locking grant: %w", err)
 	}
-	var remaining int64
-	var ended, applicable bool
-	err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(amount_cents), 0)::bigint, bool_or(kind IN ('expired', 'voided')),
-       EXISTS (SELECT 1 FROM billing.periods p
-               WHERE p.customer_id = $1 AND p.currency = $3 AND p.status = 'open' AND p.ends_at <= $4)
-FROM billing.credit_grant_entries WHERE customer_id = $1 AND grant_id = $2`,
-		customerID, grantID, ex.Currency, ex.ExpiresAt).Scan(&remaining, &ended, &applicable)
+	last, err := creditGrantLastTx(ctx, tx, customerID, grantID)
 	if err != nil {
-		return nil, fmt.Errorf("error reading grant: %w", err)
+		return nil, err
 	}
-	if remaining <= 0 || ended || applicable || now.Before(ex.ExpiresAt) {
+	var applicable bool
+	err = tx.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM billing.periods p
+               WHERE p.customer_id = $1 AND p.currency = $2 AND p.status = 'open' AND p.ends_at <= $3)`,
+		customerID, ex.Currency, ex.ExpiresAt).Scan(&applicable)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the customer's periods: %w", err)
+	}
+	if last.remaining <= 0 || last.ended || applicable || now.Before(ex.ExpiresAt) {
 		return nil, nil
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO billing.credit_grant_entries (customer_id, grant_id, kind, amount_cents, actor, created_at)
-VALUES ($1, $2, 'expired', $3, $4, $5)`, customerID, grantID, -remaining, actor, now)
+INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, actor, created_at)
+VALUES ($1, $2, $3, 'expired', $4, 0, $5, $6)`, customerID, grantID, last.seq+1, -last.remaining, actor, now)
 	if err != nil {
 		return nil, fmt.Errorf("error writing expired entry: %w", err)
 	}
+	remaining := last.remaining
 	ex.AmountCents = remaining
 	recordNotice(tx, notice{typ: NotifyCreditGrantExpired, customerID: customerID, grantID: grantID})
 	return &ex, nil

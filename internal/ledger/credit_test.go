@@ -284,13 +284,41 @@ func TestCreditGrants(t *testing.T) {
 		require.Equal(t, ledger.GrantUsedUp, credits.Grants[1].Status)
 	})
 
-	t.Run("NeverBelowZeroAndAppendOnly", func(t *testing.T) {
+	t.Run("AChainNeverBelowZeroAndAppendOnly", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
 		b.grant(ctx, t, "g", 100)
-		_, err := b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries (customer_id, grant_id, kind, amount_cents, reason, actor, created_at)
-VALUES ('acme', 'g', 'voided', -101, 'too much', 'test', now())`)
-		require.ErrorContains(t, err, "has 100 left")
+		for stmt, want := range map[string]string{
+			// what is left after an entry may not go below zero,
+			`(2, 'voided', -101, -1)`: "credit_grant_entries_remaining_cents_check",
+			// and an entry may not take the place of another.
+			`(1, 'voided', -100, 0)`: "credit_grant_entries_check",
+		} {
+			_, err := b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries
+(customer_id, grant_id, seq, kind, amount_cents, remaining_cents, reason, actor, created_at)
+SELECT 'acme', 'g', s, k, a, r, 'wrong', 'test', now() FROM (VALUES `+stmt+`) AS v (s, k, a, r)`)
+			require.ErrorContains(t, err, want, stmt)
+		}
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.credit_chain_breaks`))
+		_, err := b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries
+(customer_id, grant_id, seq, kind, amount_cents, remaining_cents, reason, actor, created_at)
+VALUES ('acme', 'g', 2, 'voided', -100, 0, 'right', 'test', now())`)
+		require.NoError(t, err, "the next entry of the chain")
+		_, err = b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries
+(customer_id, grant_id, seq, kind, amount_cents, remaining_cents, reason, actor, created_at)
+VALUES ('acme', 'g', 2, 'expired', -100, 0, NULL, 'test', now())`)
+		require.ErrorContains(t, err, "duplicate key", "two writers appending to the same entry: one fails")
+		_, err = b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries
+(customer_id, grant_id, seq, kind, amount_cents, remaining_cents, charge_id, actor, created_at)
+SELECT 'acme', 'g', 4, 'applied', -1, 5, id, 'test', now() FROM billing.charges LIMIT 1`)
+		require.NoError(t, err) // no charge: nothing inserted
+		b.record(ctx, t, event("p", 100))
+		c := b.closeNov(ctx, t)
+		_, err = b.Pool.Exec(ctx, `INSERT INTO billing.credit_grant_entries
+(customer_id, grant_id, seq, kind, amount_cents, remaining_cents, charge_id, actor, created_at)
+VALUES ('acme', 'g', 4, 'applied', -1, 5, $1, 'test', now())`, c.ID)
+		require.NoError(t, err, "a wrong sum and a gap: written by hand, shown by the view")
+		require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.credit_chain_breaks`))
 		_, err = b.Pool.Exec(ctx, `UPDATE billing.credit_grants SET amount_cents = 1`)
 		require.ErrorContains(t, err, "append-only")
 		_, err = b.Pool.Exec(ctx, `DELETE FROM billing.credit_grant_entries`)

@@ -8,9 +8,16 @@
 --   applied  -what the close of a charge applied (one per charge and grant);
 --   expired  -what was left unused at expires_at (breakage);
 --   voided   -what was left unused when an operator voided the grant.
--- A trigger refuses an entry that would take the sum below zero, under the
--- grant's lock; every writer locks the grant's row (FOR UPDATE) before it
--- reads what is left, so entries of one grant are written one at a time.
+-- A grant's entries are numbered (seq, from 1, unique per grant) and each
+-- carries what is left after it (remaining_cents, never below zero): every
+-- writer locks the grant's row (FOR UPDATE), reads its last entry in the
+-- next statement and appends the next one, seq + 1, with that entry's
+-- remaining_cents plus its own amount. Two writers that read the same last
+-- entry (one that skipped the lock) cannot both append: the second breaks
+-- the unique seq and rolls back. (A foreign key from each entry to the one
+-- before would hold the arithmetic too; it took closes with credits past the
+-- 10% more they may cost, docs/benchmarks.md, so the view billing.credit_chain_breaks
+-- shows a break instead; it is empty.)
 --
 -- The close applies credits after rating, in its transaction: each grant
 -- that was valid when the period ended (created by then, not expired then,
@@ -51,60 +58,42 @@ COMMENT ON COLUMN billing.credit_grants.created_by IS
     'Who granted it: operator:<key name>/<key prefix> or cli:<os user>.';
 
 CREATE TABLE billing.credit_grant_entries (
-    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    customer_id  text        NOT NULL,
-    grant_id     text        NOT NULL,
-    kind         text        NOT NULL CHECK (kind IN ('granted', 'applied', 'expired', 'voided')),
-    amount_cents bigint      NOT NULL CHECK (amount_cents <> 0),
-    charge_id    bigint      REFERENCES billing.charges (id),
-    reason       text        CHECK (char_length(reason) BETWEEN 1 AND 1000),
-    actor        text        NOT NULL CHECK (actor <> ''),
-    created_at   timestamptz NOT NULL,
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer_id     text        NOT NULL,
+    grant_id        text        NOT NULL,
+    seq             integer     NOT NULL CHECK (seq >= 1),
+    kind            text        NOT NULL CHECK (kind IN ('granted', 'applied', 'expired', 'voided')),
+    amount_cents    bigint      NOT NULL CHECK (amount_cents <> 0),
+    remaining_cents bigint      NOT NULL CHECK (remaining_cents >= 0),
+    charge_id       bigint      REFERENCES billing.charges (id),
+    reason          text        CHECK (char_length(reason) BETWEEN 1 AND 1000),
+    actor           text        NOT NULL CHECK (actor <> ''),
+    created_at      timestamptz NOT NULL,
     FOREIGN KEY (customer_id, grant_id) REFERENCES billing.credit_grants (customer_id, grant_id),
+    UNIQUE (customer_id, grant_id, seq),
+    CHECK ((seq = 1) = (kind = 'granted')),
+    CHECK (kind <> 'granted' OR remaining_cents = amount_cents),
     CHECK ((kind = 'granted') = (amount_cents > 0)),
     CHECK ((kind = 'applied') = (charge_id IS NOT NULL)),
     CHECK (kind <> 'voided' OR reason IS NOT NULL)
 );
 
-CREATE UNIQUE INDEX credit_grant_entries_granted_key ON billing.credit_grant_entries (customer_id, grant_id)
-    WHERE kind = 'granted';
 CREATE UNIQUE INDEX credit_grant_entries_end_key ON billing.credit_grant_entries (customer_id, grant_id)
     WHERE kind IN ('expired', 'voided');
 CREATE UNIQUE INDEX credit_grant_entries_applied_key ON billing.credit_grant_entries (charge_id, customer_id, grant_id)
     WHERE kind = 'applied';
-CREATE INDEX credit_grant_entries_grant_idx ON billing.credit_grant_entries (customer_id, grant_id);
 
 COMMENT ON TABLE billing.credit_grant_entries IS
     'Everything that happened to a grant, as signed amounts: granted (+), applied to a charge, expired, voided (-). '
     'A grant''s remaining amount is the sum of its entries, never below zero. Append-only.';
+COMMENT ON COLUMN billing.credit_grant_entries.seq IS
+    'The entry''s number in its grant''s chain, from 1 (the granted entry); unique per grant.';
+COMMENT ON COLUMN billing.credit_grant_entries.remaining_cents IS
+    'What is left of the grant after this entry: the previous entry''s remaining_cents plus amount_cents, never below '
+    'zero; billing.credit_chain_breaks lists an entry where that does not hold.';
 COMMENT ON COLUMN billing.credit_grant_entries.charge_id IS 'The charge an applied entry paid for (its credit line).';
 COMMENT ON COLUMN billing.credit_grant_entries.actor IS
     'Who wrote it: operator:<key name>/<key prefix>, cli:<os user>, or job:<id>/<attempt> (a close, an expiry).';
-
--- +goose StatementBegin
-CREATE FUNCTION billing.credit_grant_entries_within_grant() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    remaining bigint;
-BEGIN
-    -- The grant's lock (a no-op for a writer that holds it already) orders
-    -- its entries; the next statement sees every one committed before.
-    PERFORM 1 FROM billing.credit_grants WHERE customer_id = NEW.customer_id AND grant_id = NEW.grant_id FOR UPDATE;
-    SELECT coalesce(sum(amount_cents), 0) INTO remaining FROM billing.credit_grant_entries
-    WHERE customer_id = NEW.customer_id AND grant_id = NEW.grant_id;
-    IF remaining + NEW.amount_cents < 0 THEN
-        RAISE EXCEPTION 'grant % of customer % has % left, less than the % of this % entry',
-            NEW.grant_id, NEW.customer_id, remaining, -NEW.amount_cents, NEW.kind
-            USING ERRCODE = 'check_violation', HINT = 'lock the grant (FOR UPDATE) before reading what is left';
-    END IF;
-    RETURN NEW;
-END;
-$$;
--- +goose StatementEnd
-
-CREATE TRIGGER credit_grant_entries_within_grant
-    BEFORE INSERT ON billing.credit_grant_entries
-    FOR EACH ROW EXECUTE FUNCTION billing.credit_grant_entries_within_grant();
 
 CREATE TRIGGER credit_grants_append_only
     BEFORE UPDATE OR DELETE ON billing.credit_grants
@@ -120,15 +109,26 @@ CREATE TRIGGER credit_grant_entries_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION billing.reject_mutation();
 
 CREATE VIEW billing.credit_entries AS
-SELECT e.id, e.customer_id, e.grant_id, g.currency, g.category, e.kind, e.amount_cents, e.charge_id, e.reason,
-       e.actor, e.created_at,
-       sum(e.amount_cents) OVER (PARTITION BY e.customer_id, e.grant_id ORDER BY e.id) AS remaining_cents
+SELECT e.id, e.customer_id, e.grant_id, g.currency, g.category, e.seq, e.kind, e.amount_cents, e.remaining_cents,
+       e.charge_id, e.reason, e.actor, e.created_at
 FROM billing.credit_grant_entries e
 JOIN billing.credit_grants g ON g.customer_id = e.customer_id AND g.grant_id = e.grant_id;
 
 COMMENT ON VIEW billing.credit_entries IS
     'Every credit entry with its grant''s currency and category, and what remained of the grant after it '
     '(remaining_cents): the sum of a grant''s entries is what is left of it (docs/sql.md).';
+
+CREATE VIEW billing.credit_chain_breaks AS
+SELECT customer_id, grant_id, seq, kind, amount_cents, remaining_cents, sum_cents, prev_seq
+FROM (SELECT e.customer_id, e.grant_id, e.seq, e.kind, e.amount_cents, e.remaining_cents,
+             sum(e.amount_cents) OVER (PARTITION BY e.customer_id, e.grant_id ORDER BY e.seq) AS sum_cents,
+             lag(e.seq) OVER (PARTITION BY e.customer_id, e.grant_id ORDER BY e.seq) AS prev_seq
+      FROM billing.credit_grant_entries e) c
+WHERE remaining_cents <> sum_cents OR seq <> coalesce(prev_seq, 0) + 1;
+
+COMMENT ON VIEW billing.credit_chain_breaks IS
+    'An entry whose remaining_cents is not the sum of its grant''s entries up to it, or whose seq does not follow the '
+    'one before. Empty: Tally never writes one.';
 
 -- A charge's credit lines: one per grant applied, a negative amount.
 ALTER TABLE billing.charge_lines ADD COLUMN grant_id text;
@@ -164,7 +164,8 @@ ALTER TABLE billing.charges ADD CONSTRAINT charges_covered_check CHECK (status <
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'tally_readonly') THEN
-        GRANT SELECT ON billing.credit_grants, billing.credit_grant_entries, billing.credit_entries TO tally_readonly;
+        GRANT SELECT ON billing.credit_grants, billing.credit_grant_entries, billing.credit_entries,
+            billing.credit_chain_breaks TO tally_readonly;
     END IF;
 END
 $$;
@@ -206,7 +207,7 @@ ALTER TABLE billing.charge_lines DROP CONSTRAINT charge_lines_kind_check;
 ALTER TABLE billing.charge_lines ADD CONSTRAINT charge_lines_kind_check
     CHECK (kind IN ('usage', 'pre_priced', 'carried'));
 ALTER TABLE billing.charge_lines DROP COLUMN grant_id;
+DROP VIEW billing.credit_chain_breaks;
 DROP VIEW billing.credit_entries;
 DROP TABLE billing.credit_grant_entries;
-DROP FUNCTION billing.credit_grant_entries_within_grant();
 DROP TABLE billing.credit_grants;

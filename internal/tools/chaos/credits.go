@@ -124,6 +124,16 @@ WHERE e.id IS NULL OR l.charge_id IS NULL OR l.amount_cents <> e.amount_cents`).
 		bad("%d applied entries and credit lines do not match one to one (first: grant %s)", unmatched, example)
 	}
 
+	// Each grant's entries follow one another, each with what is left
+	// after it.
+	var breaks int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM billing.credit_chain_breaks`).Scan(&breaks); err != nil {
+		return nil, nil, err
+	}
+	if breaks > 0 {
+		bad("%d credit entries break their grant's chain (billing.credit_chain_breaks)", breaks)
+	}
+
 	// A grant pays only for charges it was valid for: of its currency, of
 	// periods that ended (or closed early) after it was granted and before
 	// it expired.
