@@ -70,13 +70,18 @@ const (
 	PhaseIngestAfterLoad  = "ingest_after_load"
 	PhaseUsageQuery       = "usage_query"
 	PhaseCharges          = "charges"
+
+	// PhaseCloses is closes_credits' paired baseline, measured within it
+	// (not a phase of its own: --only closes_credits).
+	PhaseCloses        = "closes"
+	PhaseClosesCredits = "closes_credits"
 )
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
 	PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop,
 	PhaseIngestSpread, PhaseIngestRollupsOff, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
-	PhaseUsageQuery, PhaseCharges,
+	PhaseUsageQuery, PhaseCharges, PhaseCloses, PhaseClosesCredits,
 }
 
 // Fixed shapes of the workload.
@@ -246,7 +251,8 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	r.report.Header = header
 
-	if cfg.runsAny(PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseUsageQuery, PhaseCharges) {
+	if cfg.runsAny(PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseUsageQuery, PhaseCharges,
+		PhaseClosesCredits) {
 		r.logf("building server, stripesim, billingctl and migrate from %s", cfg.serverRepo())
 		var err error
 		if r.binDir, err = proc.Commands(ctx, cfg.serverRepo()); err != nil {
@@ -261,6 +267,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		{[]string{PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
 		{[]string{PhaseUsageQuery}, r.usageQuery},
 		{[]string{PhaseCharges}, r.charges},
+		{[]string{PhaseClosesCredits}, r.closes},
 	}
 	for _, s := range steps {
 		if !cfg.runsAny(s.phases...) {
