@@ -70,7 +70,7 @@ func (l *Ledger) PlanPut(ctx context.Context, p PlanPutParams) (*PlanVersion, bo
 		v, created = nil, false
 		tx.execLater(nil, `
 INSERT INTO billing.plans (plan_id, currency, created_at, created_by) VALUES ($1, $2, $3, $4)
-ON CONFLICT (plan_id) DO NOTHING`, p.PlanID, p.Plan.Currency, now, p.Actor)
+ON CONFLICT DO NOTHING`, p.PlanID, p.Plan.Currency, now, p.Actor)
 		// The lock, then the latest version in a statement of its own: one
 		// that read it with the lock would see it as of before the wait.
 		var currency string
