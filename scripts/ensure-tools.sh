@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the dev tools into $(go env GOPATH)/bin if missing or at the wrong version:
-#   scripts/ensure-tools.sh        the test tools (stripe-mock, helm, oapi-codegen, promtool, chromium)
+#   scripts/ensure-tools.sh        the test tools (stripe-mock, helm, oapi-codegen, promtool, chromium,
+#                                  pdftotext)
 #   scripts/ensure-tools.sh lint   the linters (golangci-lint, shellcheck)
 # Idempotent; prints nothing on stdout (logs to stderr). Callers use e.g.
 #   "$(go env GOPATH)/bin/stripe-mock"
@@ -58,11 +59,12 @@ ensure_promtool() {
   rm -rf "$work"
 }
 
-# ensure_deb NAME WHY: apt-get install Debian's package NAME (its command has the same name)
-# unless the command exists. Chromium runs the River UI browser test headless; shellcheck lints.
+# ensure_deb NAME WHY [COMMAND]: apt-get install Debian's package NAME unless COMMAND (default:
+# NAME) exists. Chromium runs the browser tests headless (the River UI, a statement printed to
+# PDF), pdftotext (poppler-utils) reads that PDF back; shellcheck lints.
 ensure_deb() {
-  local name="$1" why="$2"
-  if command -v "$name" >/dev/null; then
+  local name="$1" why="$2" cmd="${3:-$1}"
+  if command -v "$cmd" >/dev/null; then
     return 0
   fi
   log "installing $name (Debian package) for $why"
@@ -78,6 +80,7 @@ test)
   install_tool oapi-codegen github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen v2.8.2
   ensure_promtool
   ensure_deb chromium "the browser tests"
+  ensure_deb poppler-utils "the statement's PDF test" pdftotext
   ;;
 lint)
   install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint v2.15.0

@@ -44,6 +44,7 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 
 	mux.Handle("GET /v1/charges", auth(ledger.ScopeBillingRead, handleChargeList(logger, l)))
 	mux.Handle("GET /v1/charges/{id}", auth(ledger.ScopeBillingRead, handleChargeGet(logger, l)))
+	mux.Handle("GET /v1/charges/{id}/statement", auth(ledger.ScopeBillingRead, handleChargeStatement(logger, l)))
 	mux.Handle("POST /v1/charges/{id}/approve", auth(ledger.ScopeAdmin, handleChargeApprove(logger, l)))
 	mux.Handle("POST /v1/charges/{id}/retry", auth(ledger.ScopeAdmin, handleChargeRetry(logger, l)))
 	mux.Handle("POST /v1/charges/{id}/cancel", auth(ledger.ScopeAdmin, handleChargeCancel(logger, l)))

@@ -23,6 +23,9 @@ func transitionTx(ctx context.Context, tx *Tx, now time.Time, chargeID int64, fr
 INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
 VALUES ($1, $2, $3, $4, $5, $6)`, chargeID, from, to, actor, r, now)
 	tx.recordTransition(from, to)
+	if to.settles() && (from == nil || !from.settles()) {
+		statementIssueTx(tx, chargeID, now)
+	}
 	if typ := chargeNotification(to); typ != "" && (from == nil || *from != to) {
 		recordNotice(tx, notice{typ: typ, chargeID: chargeID}) // a status change, not a note on the same status
 	}

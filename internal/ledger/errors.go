@@ -87,6 +87,10 @@ const (
 	// or expired).
 	ConflictGrantExhausted = "grant_exhausted"
 
+	// ConflictChargeNotSettled: the charge has no statement yet; one is
+	// issued when it settles (succeeded, or covered by credits).
+	ConflictChargeNotSettled = "charge_not_settled"
+
 	// ConflictChargeNotHeld: approve and resolve act on held charges only
 	// (and approve not on a double charge or a mismatch: resolve those).
 	ConflictChargeNotHeld = "charge_not_held"
