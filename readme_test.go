@@ -32,9 +32,9 @@ const (
 // TestReadmeQuickStart runs the shell blocks of README.md's "Quick start"
 // against the stack `make run` starts (scripts/run-dev.sh, on free ports and
 // a database of its own), and checks what the README says they show: the
-// customer and the event echoed back, a replay answered 200 with the same
-// event, the charge succeeded with a PaymentIntent of the simulator, and the
-// same rows through psql. A README change that breaks them fails here.
+// customer, its credit grant and the event echoed back, a replay answered
+// 200 with the same event, the charge succeeded, less the credits, with a
+// PaymentIntent of the simulator, and the same rows through psql. A README change that breaks them fails here.
 func TestReadmeQuickStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the dev stack")
@@ -71,6 +71,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.Contains(t, out, `"event_id":"evt-0001"`)
 	require.Contains(t, out, `"event_id":"evt-0002"`)
 	require.Contains(t, out, `"plan_id":"std","version":1`, "the plan put")
+	require.Contains(t, out, `"grant_id":"welcome"`, "the credit grant")
 	require.Contains(t, out, `"status":"closed"`, "the period close")
 	prelude := blocks[1][:strings.Index(blocks[1], "api -X")] // the key and api()
 	if !strings.Contains(out, `"projected_cents":1800`) {
@@ -111,14 +112,15 @@ func TestReadmeQuickStart(t *testing.T) {
 	// The ledger in plain SQL.
 	out = run(blocks[2])
 	require.Regexp(t, `acme\s+\|\s+evt-0001\s+\|`, out)
-	require.Regexp(t, `acme\s+\|\s+\S+\s+\|\s+succeeded\s+\|\s+1800\s+\|\s+pi_`, out)
+	require.Regexp(t, `acme\s+\|\s+\S+\s+\|\s+succeeded\s+\|\s+1500\s+\|\s+pi_`, out, "1800 less 300 of credits")
 	require.Regexp(t, `\|\s+1\s+\|\s+usage\s+\|\s+api_calls\s+\|\s+1500\s+\|\s+550\s+\|\s+550\b`, out, "the rated line")
 	require.Regexp(t, `\|\s+2\s+\|\s+pre_priced\s+\|\s+\|\s+\|\s+1250\s+\|\s+1250\b`, out)
+	require.Regexp(t, `\|\s+3\s+\|\s+credit\s+\|\s+\|\s+\|\s+-300\s+\|\s+-300\b`, out, "the credit line")
 
 	// The simulator's own record, from the line after the blocks.
 	sim := regexp.MustCompile("`(curl -s http://127\\.0\\.0\\.1:12111/_sim/payment_intents)`").FindStringSubmatch(string(readme))
 	require.NotNil(t, sim, "the simulator's curl line of the quick start")
-	require.Regexp(t, `"amount":1800`, run(sim[1]))
+	require.Regexp(t, `"amount":1500`, run(sim[1]))
 }
 
 // quickStartBlocks returns the fenced blocks of README's "## Quick start"
