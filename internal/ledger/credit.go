@@ -251,12 +251,16 @@ func (g *CreditGrant) sameTerms(want CreditGrant) bool {
 		g.Priority == want.Priority && sameExpiry && slices.Equal(g.Metrics, want.Metrics)
 }
 
+// creditLastEntry joins each grant g to its last entry, last: what is left
+// of it (remaining_cents) and what last happened to it (kind). Every read
+// of what is left of a grant goes through it.
+const creditLastEntry = `
+CROSS JOIN LATERAL (SELECT e.id, e.seq, e.kind, e.remaining_cents FROM billing.credit_grant_entries e
+                    WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id
+                    ORDER BY e.seq DESC LIMIT 1) last`
+
 const creditGrantColumns = `g.customer_id, g.grant_id, g.amount_cents, g.currency, g.category, g.priority, g.expires_at,
-       coalesce(g.metrics, '{}'), g.created_at, g.created_by,
-       (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.credit_grant_entries e
-        WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id)::bigint,
-       EXISTS (SELECT 1 FROM billing.credit_grant_entries e
-               WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id AND e.kind = 'voided')`
+       coalesce(g.metrics, '{}'), g.created_at, g.created_by, last.remaining_cents, last.kind = 'voided'`
 
 // scanCreditGrant scans creditGrantColumns, as of now.
 func scanCreditGrant(row pgx.Row, now time.Time) (*CreditGrant, error) {
@@ -282,7 +286,8 @@ func scanCreditGrant(row pgx.Row, now time.Time) (*CreditGrant, error) {
 
 func creditGrantGetTx(ctx context.Context, tx *Tx, now time.Time, customerID, grantID string) (*CreditGrant, error) {
 	return scanCreditGrant(tx.QueryRow(ctx, `SELECT `+creditGrantColumns+`
-FROM billing.credit_grants g WHERE g.customer_id = $1 AND g.grant_id = $2`, customerID, grantID), now)
+FROM billing.credit_grants g`+creditLastEntry+`
+WHERE g.customer_id = $1 AND g.grant_id = $2`, customerID, grantID), now)
 }
 
 // CreditGrantVoidParams are the fields of CreditGrantVoid.
@@ -332,8 +337,8 @@ SELECT 1 FROM billing.credit_grants WHERE customer_id = $1 AND grant_id = $2 FOR
 		if err != nil {
 			return err
 		}
-		voided := last.voided
-		if voided == nil {
+		voided := last.id // a void is a grant's last entry: nothing is left after it
+		if last.kind != CreditVoided {
 			if last.remaining == 0 {
 				return &ConflictError{Code: ConflictGrantExhausted, Detail: fmt.Sprintf(
 					"grant %q of customer %q has nothing left to void (used up or expired); see its entries at GET /v1/customers/{id}/credits",
@@ -349,7 +354,7 @@ VALUES ($1, $2, $3, 'voided', $4, 0, $5, $6, $7) RETURNING id`,
 			created = true
 		}
 		entry, err = scanCreditEntry(tx.QueryRow(ctx, `SELECT `+creditEntryColumns+`
-FROM billing.credit_grant_entries WHERE id = $1`, *voided))
+FROM billing.credit_grant_entries WHERE id = $1`, voided))
 		return err
 	})
 	if err != nil {
@@ -358,13 +363,13 @@ FROM billing.credit_grant_entries WHERE id = $1`, *voided))
 	return entry, created, nil
 }
 
-// creditLast is a grant's last entry: its number in the chain and what is
-// left after it, with the grant's void, if it has one.
+// creditLast is a grant's last entry: its id and number in the chain, its
+// kind, and what is left after it.
 type creditLast struct {
+	id        int64
 	seq       int32
+	kind      CreditEntryKind
 	remaining int64
-	voided    *int64
-	ended     bool // expired or voided
 }
 
 // creditGrantLastTx reads grant (customerID, grantID)'s last entry. Call it
@@ -373,13 +378,8 @@ type creditLast struct {
 func creditGrantLastTx(ctx context.Context, tx *Tx, customerID, grantID string) (creditLast, error) {
 	var last creditLast
 	err := tx.QueryRow(ctx, `
-SELECT e.seq, e.remaining_cents,
-       (SELECT v.id FROM billing.credit_grant_entries v
-        WHERE v.customer_id = e.customer_id AND v.grant_id = e.grant_id AND v.kind = 'voided'),
-       EXISTS (SELECT 1 FROM billing.credit_grant_entries v
-               WHERE v.customer_id = e.customer_id AND v.grant_id = e.grant_id AND v.kind IN ('expired', 'voided'))
-FROM billing.credit_grant_entries e WHERE e.customer_id = $1 AND e.grant_id = $2
-ORDER BY e.seq DESC LIMIT 1`, customerID, grantID).Scan(&last.seq, &last.remaining, &last.voided, &last.ended)
+SELECT last.id, last.seq, last.kind, last.remaining_cents FROM billing.credit_grants g`+creditLastEntry+`
+WHERE g.customer_id = $1 AND g.grant_id = $2`, customerID, grantID).Scan(&last.id, &last.seq, &last.kind, &last.remaining)
 	if err != nil {
 		return last, fmt.Errorf("error reading grant %q's last entry: %w", grantID, err)
 	}
@@ -450,7 +450,8 @@ func (l *Ledger) CustomerCredits(ctx context.Context, p CreditsParams) (*Credits
 			return notFound("customer %q", p.CustomerID)
 		}
 		rows, err := tx.Query(ctx, `SELECT `+creditGrantColumns+`
-FROM billing.credit_grants g WHERE g.customer_id = $1
+FROM billing.credit_grants g`+creditLastEntry+`
+WHERE g.customer_id = $1
 ORDER BY g.priority, g.expires_at NULLS LAST, g.created_at, g.grant_id`, p.CustomerID)
 		if err != nil {
 			return fmt.Errorf("error reading grants: %w", err)

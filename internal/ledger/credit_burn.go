@@ -55,12 +55,9 @@ func creditsAvailableTx(tx *Tx, customerID, period, currency string, now time.Ti
 		}
 		return out, nil
 	}, `
-SELECT g.grant_id, coalesce(g.metrics, '{}'), r.remaining_cents, r.seq
-FROM billing.credit_grants g
-CROSS JOIN LATERAL (SELECT e.remaining_cents, e.seq FROM billing.credit_grant_entries e
-                    WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id
-                    ORDER BY e.seq DESC LIMIT 1) r
-WHERE `+valid+` AND r.remaining_cents > 0
+SELECT g.grant_id, coalesce(g.metrics, '{}'), last.remaining_cents, last.seq
+FROM billing.credit_grants g`+creditLastEntry+`
+WHERE `+valid+` AND last.remaining_cents > 0
 `+order, customerID, period, now, currency)
 }
 

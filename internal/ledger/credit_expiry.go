@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,13 +37,8 @@ const creditExpireBatch = 500
 func (l *Ledger) CreditGrantsExpire(ctx context.Context, actor string) ([]GrantExpiry, error) {
 	now := l.now()
 	rows, err := l.pool.Query(ctx, `
-SELECT g.customer_id, g.grant_id FROM billing.credit_grants g
-WHERE g.expires_at <= $1
-  AND (SELECT coalesce(sum(e.amount_cents), 0) FROM billing.credit_grant_entries e
-       WHERE e.customer_id = g.customer_id AND e.grant_id = g.grant_id) > 0
-  AND NOT EXISTS (SELECT 1 FROM billing.periods p
-                  WHERE p.customer_id = g.customer_id AND p.currency = g.currency AND p.status = 'open'
-                    AND p.ends_at <= g.expires_at)
+SELECT g.customer_id, g.grant_id FROM billing.credit_grants g`+creditLastEntry+`
+WHERE `+creditExpirable+`
 ORDER BY g.expires_at, g.customer_id, g.grant_id
 LIMIT $2`, now, creditExpireBatch)
 	if err != nil {
@@ -74,10 +70,19 @@ LIMIT $2`, now, creditExpireBatch)
 	return out, nil
 }
 
+// creditExpirable is when grant g, joined to its last entry
+// (creditLastEntry), expires at $1: past its expires_at, with something
+// left, and no open period of its customer in its currency that ended by
+// then (whose close may still apply it).
+const creditExpirable = `g.expires_at <= $1 AND last.remaining_cents > 0
+  AND NOT EXISTS (SELECT 1 FROM billing.periods p
+                  WHERE p.customer_id = g.customer_id AND p.currency = g.currency AND p.status = 'open'
+                    AND p.ends_at <= g.expires_at)`
+
 // creditGrantExpireTx expires grant (customerID, grantID), as
-// CreditGrantsExpire found it, once it holds its lock: nil when a close or a
-// void took what was left meanwhile, or a period that could apply it opened
-// (an event back-dated into it).
+// CreditGrantsExpire found it, once it holds its lock: nil when it is no
+// longer creditExpirable (a close or a void took what was left meanwhile,
+// or a period that could apply it opened: an event back-dated into it).
 func creditGrantExpireTx(ctx context.Context, tx *Tx, now time.Time, customerID, grantID, actor string) (*GrantExpiry, error) {
 	ex := GrantExpiry{CustomerID: customerID, GrantID: grantID}
 	err := tx.QueryRow(ctx, `
@@ -86,29 +91,23 @@ SELECT currency, expires_at FROM billing.credit_grants WHERE customer_id = $1 AN
 	if err != nil {
 		return nil, fmt.Errorf("error locking grant: %w", err)
 	}
-	last, err := creditGrantLastTx(ctx, tx, customerID, grantID)
-	if err != nil {
-		return nil, err
-	}
-	var applicable bool
+	// What is left, read in a statement after the lock's.
+	var seq int32
 	err = tx.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM billing.periods p
-               WHERE p.customer_id = $1 AND p.currency = $2 AND p.status = 'open' AND p.ends_at <= $3)`,
-		customerID, ex.Currency, ex.ExpiresAt).Scan(&applicable)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the customer's periods: %w", err)
-	}
-	if last.remaining <= 0 || last.ended || applicable || now.Before(ex.ExpiresAt) {
+SELECT last.seq, last.remaining_cents FROM billing.credit_grants g`+creditLastEntry+`
+WHERE g.customer_id = $2 AND g.grant_id = $3 AND `+creditExpirable, now, customerID, grantID).Scan(&seq, &ex.AmountCents)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading grant: %w", err)
 	}
 	_, err = tx.Exec(ctx, `
 INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, actor, created_at)
-VALUES ($1, $2, $3, 'expired', $4, 0, $5, $6)`, customerID, grantID, last.seq+1, -last.remaining, actor, now)
+VALUES ($1, $2, $3, 'expired', $4, 0, $5, $6)`, customerID, grantID, seq+1, -ex.AmountCents, actor, now)
 	if err != nil {
 		return nil, fmt.Errorf("error writing expired entry: %w", err)
 	}
-	remaining := last.remaining
-	ex.AmountCents = remaining
 	recordNotice(tx, notice{typ: NotifyCreditGrantExpired, customerID: customerID, grantID: grantID})
 	return &ex, nil
 }
