@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/api/httpjson"
 	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/pricing"
 )
 
 // statementResponse is a charge's statement as GET
@@ -170,19 +171,10 @@ func formatMoney(currency string, minor *apd.Decimal) string {
 	major.Exponent -= digits
 	neg := major.Negative
 	major.Negative = false
-	text := major.Text('f')
-	if i := strings.IndexByte(text, '.'); digits > 0 {
-		frac := 0
-		if i >= 0 {
-			text = strings.TrimRight(strings.TrimRight(text, "0"), ".")
-			if j := strings.IndexByte(text, '.'); j >= 0 {
-				frac = len(text) - j - 1
-			}
-		}
-		if frac == 0 {
-			text += "."
-		}
-		text += strings.Repeat("0", max(0, int(digits)-frac))
+	text := pricing.Text(&major) // without trailing zeros: pad to the currency's digits
+	if digits > 0 {
+		whole, frac, _ := strings.Cut(text, ".")
+		text = whole + "." + frac + strings.Repeat("0", max(0, int(digits)-len(frac)))
 	}
 	sym, ok := currencySymbol[currency]
 	if !ok {
