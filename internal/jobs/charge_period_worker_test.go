@@ -84,14 +84,21 @@ func (b *testBundle) waitJobsFinalized(t *testing.T) {
 // then makes the snoozed ones (scheduled) run now.
 func (b *testBundle) retrySnoozedCharges(t *testing.T, ctx context.Context) {
 	t.Helper()
+	b.retrySnoozed(t, ctx, "charge_period")
+}
+
+// retrySnoozed waits until no job of kind is available or running, then
+// makes the snoozed ones (scheduled) run now.
+func (b *testBundle) retrySnoozed(t *testing.T, ctx context.Context, kind string) {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
-	for b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'charge_period' AND state IN ('available', 'running', 'retryable', 'pending')`) > 0 {
+	for b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state IN ('available', 'running', 'retryable', 'pending')`, kind) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("charge jobs never settled into completed or snoozed")
+			t.Fatalf("%s jobs never settled into completed or snoozed", kind)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	rows, err := b.Pool.Query(ctx, `SELECT id FROM river.river_job WHERE kind = 'charge_period' AND state = 'scheduled'`)
+	rows, err := b.Pool.Query(ctx, `SELECT id FROM river.river_job WHERE kind = $1 AND state = 'scheduled'`, kind)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

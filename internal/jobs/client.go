@@ -162,6 +162,11 @@ func NewWorkerClient(pool *pgxpool.Pool, config WorkerConfig) (*river.Client[pgx
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, &TopUpWorker{
+		ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger,
+		jobTimeout: jobTimeout, leaseTTL: leaseTTL, stripeTimeout: config.StripeTimeout, host: hostID(),
+		crashHook: config.crashHook, retryLaterMin: worker.retryLaterMin, retryLaterMax: worker.retryLaterMax,
+	})
 	river.AddWorker(workers, &StripeEventWorker{ledger: config.Ledger, logger: config.Logger, livemode: config.Stripe.Livemode()})
 	river.AddWorker(workers, &ChargeResolveWorker{ledger: config.Ledger, stripe: config.Stripe, logger: config.Logger})
 	river.AddWorker(workers, &ChargeReconcileWorker{

@@ -21,6 +21,10 @@ const (
 	CrashAfterLookup     = crashAfterLookup
 	CrashAfterStripe     = crashAfterStripe
 	CrashBeforeComplete  = crashBeforeComplete
+
+	CrashTopUpAfterClaim     = crashTopUpAfterClaim
+	CrashTopUpAfterStripe    = crashTopUpAfterStripe
+	CrashTopUpBeforeComplete = crashTopUpBeforeComplete
 )
 
 func SetCrashHook(c *WorkerConfig, hook func(point string) error) { c.crashHook = hook }

@@ -118,3 +118,29 @@ func (s Scheduler) ChargingResumeTx(ctx context.Context, tx pgx.Tx) error {
 	}
 	return nil
 }
+
+// TopUpJobInsertTx inserts the top_up job of (customerID, topUpID) in tx and
+// returns its id — the existing job's when River's unique constraint finds
+// one.
+func (s Scheduler) TopUpJobInsertTx(ctx context.Context, tx pgx.Tx, customerID, topUpID string) (int64, error) {
+	res, err := s.Client.InsertTx(ctx, tx, TopUpArgs{CustomerID: customerID, TopUpID: topUpID}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting top-up job %s/%s: %w", customerID, topUpID, err)
+	}
+	return res.Job.ID, nil
+}
+
+// TopUpJobRunNowTx makes the top-up's job available at once in tx, as
+// ChargeJobRunNowTx does a charge's.
+func (s Scheduler) TopUpJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64, customerID, topUpID string) (int64, error) {
+	if jobID != 0 {
+		_, err := s.Client.JobRetryTx(ctx, tx, jobID)
+		if err == nil {
+			return jobID, nil
+		}
+		if !errors.Is(err, rivertype.ErrNotFound) {
+			return 0, fmt.Errorf("error making top-up job %d run now: %w", jobID, err)
+		}
+	}
+	return s.TopUpJobInsertTx(ctx, tx, customerID, topUpID)
+}

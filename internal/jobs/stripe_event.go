@@ -83,6 +83,9 @@ func (w *StripeEventWorker) handle(ctx context.Context, tx *ledger.Tx, ev *ledge
 		}
 		o := stripeapi.OutcomeOf(&pi)
 		o.ResolvedBy = actor
+		if key := pi.Metadata["tally_top_up_key"]; key != "" {
+			return w.handleTopUp(ctx, tx, ev, &pi, key, o)
+		}
 		facts := paymentIntentFacts(&pi)
 		applied, err := w.ledger.ChargeReconcileTx(ctx, tx, ledger.ChargeReconcileParams{
 			ChargeKey: pi.Metadata["tally_charge_key"], Outcome: o, Actor: actor,
@@ -220,4 +223,23 @@ func idOfCharge(ch *stripe.Charge) string {
 		return ""
 	}
 	return ch.ID
+}
+
+// handleTopUp applies a PaymentIntent event of a top-up (one that carries
+// metadata.tally_top_up_key) in the event's transaction.
+func (w *StripeEventWorker) handleTopUp(ctx context.Context, tx *ledger.Tx, ev *ledger.StripeEvent, pi *stripe.PaymentIntent,
+	key string, o ledger.Outcome) (string, string, error) {
+	facts := topUpPaymentIntentFacts(pi)
+	t, changed, err := w.ledger.TopUpReconcileTx(ctx, tx, ledger.TopUpReconcileParams{
+		Key: key, Outcome: o, PaymentIntent: &facts, Livemode: w.livemode, Actor: "webhook:" + ev.ID})
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.StripeEventIgnored, "PaymentIntent " + pi.ID + " carries a top-up key Tally does not hold", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	w.logger.InfoContext(ctx, "stripe event applied to a top-up", slog.String("event_id", ev.ID),
+		slog.String("customer_id", t.CustomerID), slog.String("top_up_id", t.TopUpID), slog.String("status", string(t.Status)),
+		slog.Bool("changed", changed))
+	return ledger.StripeEventProcessed, "", nil
 }

@@ -67,7 +67,10 @@ func (SweepArgs) InsertOpts() river.InsertOpts {
 //     stuckAfter is logged as ALERT stripe_event_stuck, at most once an hour
 //     (ledger.StripeEventSweep);
 //   - a credit grant past its expires_at with something left that no open
-//     period can still apply: what is left expires (ledger.CreditGrantsExpire).
+//     period can still apply: what is left expires (ledger.CreditGrantsExpire);
+//   - a top-up not settled (pending, unknown, processing) and not moved for
+//     longer than stuckAfter: logged as ALERT top_up_stuck, and its job runs
+//     now (ledger.TopUpsStuck).
 //
 // River runs periodic jobs on its leader only; the ledger locks what it
 // sweeps, so a second run at once finds nothing to do.
@@ -114,7 +117,23 @@ func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs, actor st
 			slog.String("grant_id", e.GrantID), slog.Int64("expired_cents", e.AmountCents), slog.String("currency", e.Currency),
 			slog.Time("expires_at", e.ExpiresAt))
 	}
-	return errors.Join(periodErr, eventErr, expiryErr)
+	stuck, topUpErr := w.ledger.TopUpsStuck(ctx, w.stuckAfter, 100)
+	for _, t := range stuck {
+		err := w.ledger.TopUpJobRunNow(ctx, t.CustomerID, t.TopUpID)
+		action := "job_run_again"
+		if err != nil {
+			action, topUpErr = "none; running its job again failed, the next sweep retries: "+err.Error(), errors.Join(topUpErr, err)
+		}
+		var failure string
+		if t.FailureMessage != nil {
+			failure = *t.FailureMessage
+		}
+		w.logger.ErrorContext(ctx, "ALERT top-up not settled long after its last move (docs/operations.md#alert-top_up_stuck)",
+			ledger.AlertTopUpStuck.Attr(), slog.String("customer_id", t.CustomerID), slog.String("top_up_id", t.TopUpID),
+			slog.String("status", string(t.Status)), slog.Int("attempts", t.AttemptCount), slog.String("last_error", failure),
+			slog.String("since", now.Sub(t.UpdatedAt).Round(time.Second).String()), slog.String("action", action))
+	}
+	return errors.Join(periodErr, eventErr, expiryErr, topUpErr)
 }
 
 func (w *SweepWorker) logPeriodJobLost(ctx context.Context, now time.Time, p ledger.PeriodJobLost) {

@@ -68,6 +68,14 @@ const (
 	// AlertWebhookEndpointDisabled is an endpoint disabled after failing
 	// every delivery for days. Runbook: docs/operations.md#webhook-endpoint-disabled.
 	AlertWebhookEndpointDisabled Alert = "webhook_endpoint_disabled"
+
+	// AlertTopUpHeld is a top-up held by a guard or by an answer a human
+	// must look at. Runbook: docs/operations.md#alert-top_up_held.
+	AlertTopUpHeld Alert = "top_up_held"
+
+	// AlertTopUpStuck is a top-up not settled long after its last move; the
+	// sweep makes its job run again. Runbook: docs/operations.md#alert-top_up_stuck.
+	AlertTopUpStuck Alert = "top_up_stuck"
 )
 
 // Attr is a's attribute on a log line: alert=<a>.

@@ -148,6 +148,10 @@ func (l *Ledger) CreditGrantCreate(ctx context.Context, p CreditGrantParams) (*C
 	fe := fieldErrors{}
 	checkID(fe, "customer_id", p.CustomerID, true)
 	checkID(fe, "grant_id", p.GrantID, true)
+	if strings.HasPrefix(p.GrantID, TopUpGrantPrefix) {
+		fe.add("grant_id", "must not start with %q: that names the grants top-ups buy (POST /v1/customers/{id}/top-ups)",
+			TopUpGrantPrefix)
+	}
 	if p.AmountCents <= 0 || p.AmountCents > AmountCentsMax {
 		fe.add("amount_cents", "must be a whole number of minor units from 1 to %d", AmountCentsMax)
 	}
@@ -227,6 +231,7 @@ ON CONFLICT (customer_id, grant_id) DO NOTHING`,
 		tx.execLater(nil, `
 INSERT INTO billing.credit_grant_entries (customer_id, grant_id, seq, kind, amount_cents, remaining_cents, actor, created_at)
 VALUES ($1, $2, 1, 'granted', $3, $3, $4, $5)`, want.CustomerID, want.GrantID, want.AmountCents, actor, now)
+		rechargeRearmTx(tx, want.CustomerID, now)
 	}
 	g, err := creditGrantGetTx(ctx, tx, now, want.CustomerID, want.GrantID)
 	if errors.Is(err, pgx.ErrNoRows) {

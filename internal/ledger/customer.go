@@ -30,6 +30,12 @@ type Customer struct {
 	// when a period opens prices that period. Nil: none.
 	PlanID *string
 
+	// RechargeBelowCents and RechargeToCents are the customer's automatic
+	// recharge (recharge.go): when a close leaves its credit balance below
+	// RechargeBelowCents, a top-up brings it to RechargeToCents. Nil: none.
+	RechargeBelowCents *int64
+	RechargeToCents    *int64
+
 	// CarriedForwardCents is what the customer's charges below Stripe's
 	// minimum carry forward, per currency, not yet billed by a later charge
 	// (set by CustomerGet).
@@ -53,6 +59,12 @@ type CustomerPutParams struct {
 	// customer's currency; nil: none. A change applies from the customer's
 	// next period: each period keeps the plan version it opened with.
 	PlanID *string
+
+	// RechargeBelowCents and RechargeToCents set the automatic recharge;
+	// both or neither, RechargeToCents above RechargeBelowCents. A change
+	// arms it again (one top-up per crossing of the new threshold).
+	RechargeBelowCents *int64
+	RechargeToCents    *int64
 }
 
 func (p *CustomerPutParams) validate() error {
@@ -69,6 +81,14 @@ func (p *CustomerPutParams) validate() error {
 	if p.PlanID != nil {
 		checkID(fe, "plan_id", *p.PlanID, true)
 	}
+	switch b, t := p.RechargeBelowCents, p.RechargeToCents; {
+	case (b == nil) != (t == nil):
+		fe.add("recharge_to_cents", "and recharge_below_cents go together: send both for an automatic recharge, or neither")
+	case b != nil && (*b <= 0 || *b >= AmountMaxCents):
+		fe.add("recharge_below_cents", "must be between 1 and %d", AmountMaxCents-1)
+	case b != nil && (*t <= *b || *t > AmountMaxCents):
+		fe.add("recharge_to_cents", "must be above recharge_below_cents (%d) and at most %d, Stripe's largest PaymentIntent", *b, AmountMaxCents)
+	}
 	if len(p.UsageAlertThresholdsCents) > UsageThresholdsMax {
 		fe.add("usage_alert_thresholds_cents", "has %d thresholds; send at most %d", len(p.UsageAlertThresholdsCents), UsageThresholdsMax)
 	}
@@ -81,12 +101,13 @@ func (p *CustomerPutParams) validate() error {
 }
 
 const customerColumns = `customer_id, stripe_customer_id, stripe_payment_method_id, currency,
-       max_charge_cents, created_at, updated_at, usage_alert_thresholds_cents, plan_id`
+       max_charge_cents, created_at, updated_at, usage_alert_thresholds_cents, plan_id, recharge_below_cents,
+       recharge_to_cents`
 
 func scanCustomer(row pgx.Row, extra ...any) (*Customer, error) {
 	var c Customer
 	dest := append([]any{&c.ID, &c.StripeCustomerID, &c.StripePaymentMethodID, &c.Currency,
-		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt, &c.UsageAlertThresholdsCents, &c.PlanID}, extra...)
+		&c.MaxChargeCents, &c.CreatedAt, &c.UpdatedAt, &c.UsageAlertThresholdsCents, &c.PlanID, &c.RechargeBelowCents, &c.RechargeToCents}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -117,8 +138,9 @@ func (l *Ledger) CustomerPut(ctx context.Context, p CustomerPutParams) (*Custome
 	var created bool
 	c, err := scanCustomer(l.pool.QueryRow(ctx, `
 INSERT INTO billing.customers AS c (customer_id, stripe_customer_id, stripe_payment_method_id,
-                                    currency, max_charge_cents, usage_alert_thresholds_cents, plan_id, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $7, $8, $6, $6)
+                                    currency, max_charge_cents, usage_alert_thresholds_cents, plan_id, created_at, updated_at,
+                                    recharge_below_cents, recharge_to_cents)
+VALUES ($1, $2, $3, $4, $5, $7, $8, $6, $6, $9, $10)
 ON CONFLICT (customer_id) DO UPDATE
 SET stripe_customer_id = excluded.stripe_customer_id,
     stripe_payment_method_id = excluded.stripe_payment_method_id,
@@ -126,9 +148,14 @@ SET stripe_customer_id = excluded.stripe_customer_id,
     max_charge_cents = excluded.max_charge_cents,
     usage_alert_thresholds_cents = excluded.usage_alert_thresholds_cents,
     plan_id = excluded.plan_id,
+    recharge_armed = c.recharge_armed OR c.recharge_below_cents IS DISTINCT FROM excluded.recharge_below_cents
+                     OR c.recharge_to_cents IS DISTINCT FROM excluded.recharge_to_cents,
+    recharge_below_cents = excluded.recharge_below_cents,
+    recharge_to_cents = excluded.recharge_to_cents,
     updated_at = excluded.updated_at
 RETURNING `+customerColumns+`, (xmax = 0)`,
-		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now(), thresholds, p.PlanID), &created)
+		p.ID, p.StripeCustomerID, p.StripePaymentMethodID, p.Currency, p.MaxChargeCents, l.now(), thresholds, p.PlanID,
+		p.RechargeBelowCents, p.RechargeToCents), &created)
 	if err != nil {
 		return nil, false, fmt.Errorf("error saving customer %s: %w", p.ID, err)
 	}

@@ -111,6 +111,14 @@ const (
 	// ConflictChargeNotPastDue: only a past_due charge (declined, with
 	// retries left) can be retried.
 	ConflictChargeNotPastDue = "charge_not_past_due"
+
+	// ConflictTopUpIDReused: a top_up_id already names another top-up of
+	// the customer; choose a new top_up_id.
+	ConflictTopUpIDReused = "top_up_id_reused"
+
+	// ConflictTopUpNotCancelable: only a held top-up, or a pending one never
+	// sent to Stripe, can be canceled.
+	ConflictTopUpNotCancelable = "top_up_not_cancelable"
 )
 
 // ConflictError reports a request that is valid on its own but conflicts with

@@ -69,6 +69,14 @@ type Scheduler interface {
 	// PaymentIntent, refund the others, settle the charge.
 	ChargeResolveJobInsertTx(ctx context.Context, tx pgx.Tx, p ChargeResolveJob) (jobID int64, err error)
 
+	// TopUpJobInsertTx inserts the job of top-up topUpID of customerID,
+	// unique per top-up, and returns its id.
+	TopUpJobInsertTx(ctx context.Context, tx pgx.Tx, customerID, topUpID string) (jobID int64, err error)
+
+	// TopUpJobRunNowTx makes the job of a top-up, whose id was jobID,
+	// available to run at once (as ChargeJobRunNowTx), and returns its id.
+	TopUpJobRunNowTx(ctx context.Context, tx pgx.Tx, jobID int64, customerID, topUpID string) (int64, error)
+
 	// WebhookDeliveryJobInsertTx inserts the job that delivers webhook
 	// delivery deliveryID, and returns its id.
 	WebhookDeliveryJobInsertTx(ctx context.Context, tx pgx.Tx, deliveryID int64) (jobID int64, err error)

@@ -29,6 +29,9 @@ const (
 	NotifyPeriodClosed         = "period.closed"
 	NotifyUsageThreshold       = "usage.threshold_reached"
 	NotifyCreditGrantExpired   = "credit.grant_expired"
+	NotifyCreditBalanceLow     = "credit.balance_low"
+	NotifyTopUpSucceeded       = "top_up.succeeded"
+	NotifyTopUpFailed          = "top_up.failed"
 
 	// NotifyAll subscribes an endpoint to every type.
 	NotifyAll = "*"
@@ -39,6 +42,7 @@ var NotificationTypes = []string{
 	NotifyChargeSucceeded, NotifyChargeFailed, NotifyChargePastDue, NotifyChargeUncollectible,
 	NotifyChargeHeld, NotifyChargeCarriedForward, NotifyChargeCanceled, NotifyChargeRefunded,
 	NotifyChargeDisputed, NotifyPeriodClosed, NotifyUsageThreshold, NotifyCreditGrantExpired,
+	NotifyCreditBalanceLow, NotifyTopUpSucceeded, NotifyTopUpFailed,
 }
 
 // NotificationAPIVersion is the version of the objects a notification
@@ -75,7 +79,8 @@ type notice struct {
 	customerID string // period.closed, usage.threshold_reached
 	period     string // period.closed, usage.threshold_reached
 	threshold  int64  // usage.threshold_reached
-	grantID    string // credit.* notices (with customerID)
+	grantID    string // credit.grant_expired (with customerID)
+	topUp      int64  // top_up.* and credit.balance_low notices: the top-up's id
 }
 
 // recordNotice remembers n in tx, for the notifications written before tx
@@ -163,6 +168,16 @@ func noticeObjectTx(ctx context.Context, tx *Tx, now time.Time, n notice) (any, 
 	}
 	if n.threshold != 0 {
 		return usageThresholdTx(ctx, tx, n.customerID, n.period, n.threshold)
+	}
+	if n.topUp != 0 {
+		t, err := scanTopUp(tx.QueryRow(ctx, `SELECT `+topUpColumns+` FROM billing.top_ups WHERE id = $1`, n.topUp))
+		if err != nil {
+			return nil, fmt.Errorf("error reading top-up %d to notify: %w", n.topUp, err)
+		}
+		if n.typ == NotifyCreditBalanceLow {
+			return balanceLowTx(ctx, tx, now, t)
+		}
+		return t.Public(), nil
 	}
 	if n.grantID != "" {
 		g, err := creditGrantGetTx(ctx, tx, now, n.customerID, n.grantID)

@@ -259,5 +259,12 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error reading charge: %w", err)
 	}
-	return chargeCreateTx(ctx, tx, p, l.config.Namespace, currency, now)
+	charge, recharge, err := chargeCreateTx(ctx, tx, p, l.config.Namespace, currency, now)
+	if err != nil || !recharge {
+		return charge, err
+	}
+	if _, err := l.rechargeCheckTx(ctx, tx, now, p.CustomerID, p.Actor); err != nil {
+		return nil, err
+	}
+	return charge, nil
 }

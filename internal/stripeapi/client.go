@@ -311,3 +311,26 @@ func (l stripeLogger) Debugf(string, ...any)          {}
 func (l stripeLogger) Infof(format string, v ...any)  { l.log(format, v...) }
 func (l stripeLogger) Warnf(format string, v ...any)  { l.log(format, v...) }
 func (l stripeLogger) Errorf(format string, v ...any) { l.log(format, v...) }
+
+// TopUpPaymentIntentParams is the PaymentIntent request of top-up t: a pure
+// function of its row, so every call of a key generation sends identical
+// parameters; metadata.tally_top_up_key is the look-up's.
+func TopUpPaymentIntentParams(t *ledger.TopUp) *stripe.PaymentIntentParams {
+	params := &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(t.AmountCents),
+		Currency:      stripe.String(t.Currency),
+		Customer:      stripe.String(t.StripeCustomerID),
+		PaymentMethod: t.StripePaymentMethodID,
+		Confirm:       stripe.Bool(true),
+		OffSession:    stripe.Bool(true),
+		Description:   stripe.String(fmt.Sprintf("Credits top-up %s (%s)", t.TopUpID, t.CustomerID)),
+	}
+	params.AddMetadata("tally_top_up_key", t.Key)
+	if t.KeyNamespace != "" {
+		params.AddMetadata("tally_namespace", t.KeyNamespace)
+	}
+	params.AddMetadata("customer_id", t.CustomerID)
+	params.AddMetadata("top_up_id", t.TopUpID)
+	params.SetIdempotencyKey(t.IdempotencyKey())
+	return params
+}

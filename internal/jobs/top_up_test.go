@@ -1,0 +1,211 @@
+package jobs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tally-billing/tally/internal/jobs"
+	"github.com/tally-billing/tally/internal/ledger"
+	"github.com/tally-billing/tally/internal/stripesim"
+)
+
+// topUp buys amount usd of credits for customer id with top_up_id topUpID.
+func (b *testBundle) topUp(t *testing.T, ctx context.Context, id, topUpID string, amount int64) *ledger.TopUp {
+	t.Helper()
+	tu, created, err := b.Ledger.TopUpCreate(ctx, ledger.TopUpParams{CustomerID: id, TopUpID: topUpID, AmountCents: amount,
+		Actor: "operator:test"})
+	require.NoError(t, err)
+	require.True(t, created)
+	return tu
+}
+
+// waitTopUp polls the top-up until cond holds.
+func (b *testBundle) waitTopUp(t *testing.T, ctx context.Context, customerID, topUpID string, cond func(*ledger.TopUp) bool) *ledger.TopUp {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		tu, err := b.Ledger.TopUpGet(ctx, customerID, topUpID)
+		require.NoError(t, err)
+		if cond(tu) {
+			return tu
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("top-up %s of %s never reached the expected state; last: %+v", topUpID, customerID, tu)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func topUpIs(status ledger.TopUpStatus) func(*ledger.TopUp) bool {
+	return func(tu *ledger.TopUp) bool { return tu.Status == status }
+}
+
+// rerunTopUps ends every top-up lease, as time passing after a worker's
+// death would, waits until no top-up job is running or about to, and makes
+// the snoozed ones run now.
+func (b *testBundle) rerunTopUps(t *testing.T, ctx context.Context) {
+	t.Helper()
+	_, err := b.Pool.Exec(ctx, `UPDATE billing.top_ups SET lease_expires_at = now() - interval '1 second' WHERE lease_owner IS NOT NULL`)
+	require.NoError(t, err)
+	b.retrySnoozed(t, ctx, "top_up")
+}
+
+// requireBoughtOnce checks that top-up topUpID of customer id succeeded with
+// one PaymentIntent on Stripe, for its amount, and bought one grant of it.
+func (b *testBundle) requireBoughtOnce(t *testing.T, ctx context.Context, id, topUpID string, amount int64) {
+	t.Helper()
+	tu := b.waitTopUp(t, ctx, id, topUpID, topUpIs(ledger.TopUpSucceeded))
+	pis := b.sim.PaymentIntentList()
+	var mine int
+	for _, pi := range pis {
+		if pi.Metadata["tally_top_up_key"] == tu.Key {
+			mine++
+			require.Equal(t, amount, pi.Amount)
+			require.Equal(t, *tu.StripePaymentIntentID, pi.ID)
+		}
+	}
+	require.Equal(t, 1, mine, "one PaymentIntent carries the top-up's key")
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.credit_grants WHERE top_up_id = $1`, tu.ID))
+	require.Equal(t, amount, b.Count(t, `SELECT sum(amount_cents) FROM billing.credit_grant_entries WHERE customer_id = $1
+AND grant_id = $2`, id, ledger.TopUpGrantPrefix+topUpID), "the grant holds what was paid")
+}
+
+// A top-up is charged once and buys one grant, whatever line its run dies
+// at and whatever Stripe answers.
+func TestTopUp(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Buys", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+		credits, err := b.Ledger.CustomerCredits(ctx, ledger.CreditsParams{CustomerID: "acme"})
+		require.NoError(t, err)
+		require.Len(t, credits.Grants, 1)
+		require.Equal(t, int64(5000), credits.Grants[0].RemainingCents)
+		require.Equal(t, ledger.CreditPaid, credits.Grants[0].Category)
+	})
+
+	for _, point := range []string{jobs.CrashTopUpAfterClaim, jobs.CrashTopUpAfterStripe, jobs.CrashTopUpBeforeComplete} {
+		t.Run("CrashAt_"+point, func(t *testing.T) {
+			t.Parallel()
+			ctx, b := setup(t, setupOpts{crashAt: point})
+			b.Customer(t, "acme")
+			b.topUp(t, ctx, "acme", "tu-1", 5000)
+			b.waitCrashed(t)
+			tu, err := b.Ledger.TopUpGet(ctx, "acme", "tu-1")
+			require.NoError(t, err)
+			require.NotEqual(t, ledger.TopUpSucceeded, tu.Status, "nothing after the crash point committed")
+			require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.credit_grants`))
+			b.rerunTopUps(t, ctx)
+			b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+		})
+	}
+
+	t.Run("TimeoutAfterStripeSucceeded", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindDropAfterCreate, Customer: "cus_acme", Count: 1})
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+	})
+
+	t.Run("ServerErrorAfterStripeSucceeded", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindError500AfterCreate, Customer: "cus_acme", Count: 1})
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+	})
+
+	t.Run("RateLimited", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindRateLimit, Customer: "cus_acme", Count: 1})
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		b.waitTopUp(t, ctx, "acme", "tu-1", func(tu *ledger.TopUp) bool { return tu.AttemptCount >= 1 && tu.LeaseOwner == nil })
+		b.rerunTopUps(t, ctx)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+	})
+
+	t.Run("DeclinedFailsWithoutGrant", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindDecline, Customer: "cus_acme", Count: 1})
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		tu := b.waitTopUp(t, ctx, "acme", "tu-1", topUpIs(ledger.TopUpFailed))
+		require.NotNil(t, tu.FailureCode)
+		require.Equal(t, "card_declined", *tu.FailureCode)
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.credit_grants`))
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'top_up' AND finalized_at IS NULL`),
+			"the job completed with the failure")
+	})
+
+	t.Run("OverCustomerCapHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		maxCents := int64(1000)
+		_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
+			MaxChargeCents: &maxCents})
+		require.NoError(t, err)
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		tu := b.waitTopUp(t, ctx, "acme", "tu-1", topUpIs(ledger.TopUpHeld))
+		require.Equal(t, ledger.HeldOverCustomerCap, *tu.HeldReason)
+		require.Empty(t, b.sim.PaymentIntentList())
+		canceled, changed, err := b.Ledger.TopUpCancel(ctx, ledger.TopUpCancelParams{CustomerID: "acme", TopUpID: "tu-1",
+			Reason: "over the cap; bought a smaller one", Actor: "operator:test"})
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, ledger.TopUpCanceled, canceled.Status)
+	})
+
+	t.Run("WebhooksAndReplaysGrantOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{webhooks: true})
+		b.Customer(t, "acme")
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+		b.waitSimEventsDone(t, ctx)
+		for _, ev := range b.sim.EventList() {
+			require.NoError(t, b.sim.EventResend(ev.ID))
+		}
+		b.waitSimEventsDone(t, ctx)
+		require.Positive(t, b.Count(t, `SELECT count(*) FROM billing.stripe_events WHERE type = 'payment_intent.succeeded'
+AND status = 'processed'`), "the webhook was applied to the top-up, not ignored")
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+	})
+}
+
+// One automatic recharge per crossing of the threshold, however many times
+// the close that crosses it runs.
+func TestAutomaticRecharge(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.customerWithEvents(t, ctx, "acme", 100, 150)
+	below, to := int64(500), int64(2000)
+	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
+		RechargeBelowCents: &below, RechargeToCents: &to})
+	require.NoError(t, err)
+	b.grant(t, ctx, "acme", 600)
+	b.runChargeJobNow(t, ctx, "acme")
+	b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCovered))
+	b.closeNow(t, ctx, "acme") // a second close finds the charge: no second recharge
+	tu := b.waitTopUp(t, ctx, "acme", "recharge-1", topUpIs(ledger.TopUpSucceeded))
+	require.Equal(t, ledger.TopUpSourceRecharge, tu.Source)
+	require.Equal(t, int64(1650), tu.AmountCents, "what brings the balance of 350 to 2000")
+	b.requireBoughtOnce(t, ctx, "acme", "recharge-1", 1650)
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.top_ups`), "one top-up for the crossing")
+	require.Equal(t, int64(2000), b.Count(t, `SELECT sum(amount_cents) FROM billing.credit_grant_entries`))
+	var armed bool
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT recharge_armed FROM billing.customers WHERE customer_id = 'acme'`).Scan(&armed))
+	require.True(t, armed, "the recharge's grant armed it again")
+}
