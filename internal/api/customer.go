@@ -18,6 +18,8 @@ type customerResponse struct {
 	MaxChargeCents        *int64    `json:"max_charge_cents"`
 	UsageAlertThresholds  []int64   `json:"usage_alert_thresholds_cents"`
 	PlanID                *string   `json:"plan_id"`
+	RechargeBelowCents    *int64    `json:"recharge_below_cents"`
+	RechargeToCents       *int64    `json:"recharge_to_cents"`
 	CreatedAt             time.Time `json:"created_at"`
 	UpdatedAt             time.Time `json:"updated_at"`
 
@@ -34,7 +36,7 @@ func newCustomerResponse(c *ledger.Customer) customerResponse {
 	return customerResponse{
 		CustomerID: c.ID, StripeCustomerID: c.StripeCustomerID, StripePaymentMethodID: c.StripePaymentMethodID,
 		Currency: c.Currency, MaxChargeCents: c.MaxChargeCents, UsageAlertThresholds: thresholds, PlanID: c.PlanID,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, CarriedForwardCents: c.CarriedForwardCents,
+		RechargeBelowCents: c.RechargeBelowCents, RechargeToCents: c.RechargeToCents, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, CarriedForwardCents: c.CarriedForwardCents,
 	}
 }
 
@@ -48,6 +50,8 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 		MaxChargeCents        *int64  `json:"max_charge_cents"`
 		UsageAlertThresholds  []int64 `json:"usage_alert_thresholds_cents"`
 		PlanID                *string `json:"plan_id"`
+		RechargeBelowCents    *int64  `json:"recharge_below_cents"`
+		RechargeToCents       *int64  `json:"recharge_to_cents"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := httpjson.Decode[request](w, r, httpjson.BodyLimitDefault)
@@ -59,6 +63,7 @@ func handleCustomerPut(logger *slog.Logger, l *ledger.Ledger) http.Handler {
 			ID: r.PathValue("customer_id"), StripeCustomerID: req.StripeCustomerID,
 			StripePaymentMethodID: req.StripePaymentMethodID, Currency: req.Currency, MaxChargeCents: req.MaxChargeCents,
 			UsageAlertThresholdsCents: req.UsageAlertThresholds, PlanID: req.PlanID,
+			RechargeBelowCents: req.RechargeBelowCents, RechargeToCents: req.RechargeToCents,
 		})
 		if err != nil {
 			httpjson.WriteError(logger, w, r, err)

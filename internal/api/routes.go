@@ -33,6 +33,10 @@ func addRoutes(mux *http.ServeMux, logger *slog.Logger, l *ledger.Ledger, ready 
 	mux.Handle("POST /v1/customers/{customer_id}/credit-grants", auth(ledger.ScopeAdmin, handleCreditGrantCreate(logger, l)))
 	mux.Handle("POST /v1/customers/{customer_id}/credit-grants/{grant_id}/void", auth(ledger.ScopeAdmin, handleCreditGrantVoid(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/credits", auth(ledger.ScopeBillingRead, handleCustomerCredits(logger, l)))
+	mux.Handle("POST /v1/customers/{customer_id}/top-ups", auth(ledger.ScopeAdmin, handleTopUpCreate(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/top-ups", auth(ledger.ScopeBillingRead, handleTopUpList(logger, l)))
+	mux.Handle("GET /v1/customers/{customer_id}/top-ups/{top_up_id}", auth(ledger.ScopeBillingRead, handleTopUpGet(logger, l)))
+	mux.Handle("POST /v1/customers/{customer_id}/top-ups/{top_up_id}/cancel", auth(ledger.ScopeAdmin, handleTopUpCancel(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods", auth(ledger.ScopeBillingRead, handlePeriodList(logger, l)))
 	mux.Handle("GET /v1/customers/{customer_id}/periods/{period}", auth(ledger.ScopeBillingRead, handlePeriodGet(logger, l)))
 
