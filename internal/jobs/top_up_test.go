@@ -2,6 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/webhook"
 )
 
 // topUp buys amount usd of credits for customer id with top_up_id topUpID.
@@ -28,8 +32,10 @@ func (b *testBundle) waitTopUp(t *testing.T, ctx context.Context, customerID, to
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		tu, err := b.Ledger.TopUpGet(ctx, customerID, topUpID)
-		require.NoError(t, err)
-		if cond(tu) {
+		if !errors.Is(err, ledger.ErrNotFound) {
+			require.NoError(t, err)
+		}
+		if tu != nil && cond(tu) {
 			return tu
 		}
 		if time.Now().After(deadline) {
@@ -189,7 +195,8 @@ AND status = 'processed'`), "the webhook was applied to the top-up, not ignored"
 // the close that crosses it runs.
 func TestAutomaticRecharge(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, setupOpts{})
+	ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}})
+	r := b.endpoint(t, ctx, 0, ledger.NotifyCreditBalanceLow, ledger.NotifyTopUpSucceeded, ledger.NotifyTopUpFailed)
 	b.customerWithEvents(t, ctx, "acme", 100, 150)
 	below, to := int64(500), int64(2000)
 	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
@@ -208,4 +215,71 @@ func TestAutomaticRecharge(t *testing.T) {
 	var armed bool
 	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT recharge_armed FROM billing.customers WHERE customer_id = 'acme'`).Scan(&armed))
 	require.True(t, armed, "the recharge's grant armed it again")
+
+	require.Eventually(t, func() bool { return len(r.delivered()) == 2 }, waitTimeout, 20*time.Millisecond)
+	got := map[string]ledger.NotificationBody{}
+	for _, n := range r.delivered() {
+		got[n.Type] = n
+	}
+	var low ledger.BalanceLow
+	require.NoError(t, json.Unmarshal(got[ledger.NotifyCreditBalanceLow].Data.Object, &low))
+	require.Equal(t, int64(350), low.BalanceCents, "the balance the close left")
+	require.Equal(t, "recharge-1", low.TopUp.TopUpID)
+	var bought ledger.PublicTopUp
+	require.NoError(t, json.Unmarshal(got[ledger.NotifyTopUpSucceeded].Data.Object, &bought))
+	require.Equal(t, "succeeded", bought.Status)
+	require.Equal(t, "top_up:recharge-1", *bought.GrantID)
+}
+
+// A declined top-up sends top_up.failed and buys nothing; the recharge it
+// was stays disarmed, so the next close does not charge the card again.
+func TestAutomaticRechargeDeclined(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{ledger: ledger.Config{WebhooksAllow: webhook.LoopbackNetworks()}})
+	r := b.endpoint(t, ctx, 0, ledger.NotifyTopUpFailed)
+	b.customerWithEvents(t, ctx, "acme", 30) // below Stripe's minimum: the recharge is the only call
+	below, to := int64(500), int64(2000)
+	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
+		RechargeBelowCents: &below, RechargeToCents: &to})
+	require.NoError(t, err)
+	b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindDecline, Customer: "cus_acme", Count: 1})
+	b.runChargeJobNow(t, ctx, "acme")
+	b.waitCharge(t, ctx, "acme", statusIs(ledger.ChargeCarriedForward))
+	tu := b.waitTopUp(t, ctx, "acme", "recharge-1", topUpIs(ledger.TopUpFailed))
+	require.Equal(t, int64(2000), tu.AmountCents, "from a balance of nothing")
+	require.Eventually(t, func() bool { return len(r.delivered()) == 1 }, waitTimeout, 20*time.Millisecond)
+	require.Equal(t, ledger.NotifyTopUpFailed, r.delivered()[0].Type)
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.credit_grants`))
+	var armed bool
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT recharge_armed FROM billing.customers WHERE customer_id = 'acme'`).Scan(&armed))
+	require.False(t, armed, "a failed recharge is not retried until the balance is back")
+}
+
+// The usage roll-up starts the recharge as soon as the open period's rated
+// usage projects the balance below the threshold, before any close.
+func TestAutomaticRechargeProjected(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{rollupInterval: 200 * time.Millisecond})
+	// A period that closes after the wall clock's now, so its charge job
+	// (scheduled at its close, on River's clock) waits.
+	b.Clock.Advance(time.Until(b.Clock.Now()) + 40*24*time.Hour)
+	below, to := int64(500), int64(2000)
+	_, _, err := b.Ledger.CustomerPut(ctx, ledger.CustomerPutParams{ID: "acme", StripeCustomerID: "cus_acme", Currency: "usd",
+		RechargeBelowCents: &below, RechargeToCents: &to})
+	require.NoError(t, err)
+	b.grant(t, ctx, "acme", 600)
+	for i, amount := range []int64{100, 150} {
+		_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "acme", EventID: fmt.Sprint("e", i), AmountCents: amount})
+		require.NoError(t, err)
+	}
+	tu := b.waitTopUp(t, ctx, "acme", "recharge-1", topUpIs(ledger.TopUpSucceeded))
+	require.Equal(t, int64(1650), tu.AmountCents, "what brings the projected balance of 600 - 250 to 2000 (600 - 100 is not below)")
+	require.Equal(t, "usage_rollup", tu.CreatedBy)
+	// Roll-ups after the grant landed project 2250 - 250: no second recharge.
+	rollups := b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'usage_rollup'`)
+	require.Eventually(t, func() bool {
+		return b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'usage_rollup'`) >= rollups+3
+	}, waitTimeout, 50*time.Millisecond)
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.top_ups`))
+	require.Equal(t, int64(1), b.Count(t, `SELECT count(*) FROM billing.periods WHERE status = 'open'`))
 }

@@ -73,3 +73,16 @@ func (l *Ledger) APIKeyUnknownCached() int {
 	defer l.apiKeys.mu.Unlock()
 	return len(l.apiKeys.unknown)
 }
+
+// RechargeCheck runs the automatic recharge's check of customerID in a
+// transaction of its own, with projectedCents of open usage, and returns the
+// top-up it started (nil: none).
+func (l *Ledger) RechargeCheck(ctx context.Context, customerID string, projectedCents int64) (*TopUp, error) {
+	var t *TopUp
+	err := l.withTx(ctx, func(tx *Tx) error {
+		var err error
+		t, err = l.rechargeCheckTx(ctx, tx, l.now(), customerID, "test", projectedCents)
+		return err
+	})
+	return t, err
+}

@@ -81,6 +81,7 @@ type notice struct {
 	threshold  int64  // usage.threshold_reached
 	grantID    string // credit.grant_expired (with customerID)
 	topUp      int64  // top_up.* and credit.balance_low notices: the top-up's id
+	balance    int64  // credit.balance_low: the balance that crossed the threshold
 }
 
 // recordNotice remembers n in tx, for the notifications written before tx
@@ -175,7 +176,7 @@ func noticeObjectTx(ctx context.Context, tx *Tx, now time.Time, n notice) (any, 
 			return nil, fmt.Errorf("error reading top-up %d to notify: %w", n.topUp, err)
 		}
 		if n.typ == NotifyCreditBalanceLow {
-			return balanceLowTx(ctx, tx, now, t)
+			return balanceLowTx(ctx, tx, t, n.balance)
 		}
 		return t.Public(), nil
 	}

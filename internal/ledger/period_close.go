@@ -263,7 +263,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2 FOR UPDATE`, p.Custo
 	if err != nil || !recharge {
 		return charge, err
 	}
-	if _, err := l.rechargeCheckTx(ctx, tx, now, p.CustomerID, p.Actor); err != nil {
+	if _, err := l.rechargeCheckTx(ctx, tx, now, p.CustomerID, p.Actor, 0); err != nil {
 		return nil, err
 	}
 	return charge, nil

@@ -30,21 +30,23 @@ WHERE c.customer_id = $1 AND NOT c.recharge_armed AND c.recharge_below_cents IS 
   AND `+fmt.Sprintf(creditBalanceSQL, "c.currency")+` >= c.recharge_below_cents`, customerID, now)
 }
 
-// rechargeCheckTx starts the customer's automatic recharge, in a close's
-// transaction after its burn-down, when it is armed and the balance is below
-// the threshold: it disarms it, inserts the top-up (top_up_id
-// recharge-<n>, for recharge_to_cents less the balance, at least Stripe's
-// minimum) with its job, and sends credit.balance_low. It returns the
-// top-up, or nil when none was started.
-func (l *Ledger) rechargeCheckTx(ctx context.Context, tx *Tx, now time.Time, customerID, actor string) (*TopUp, error) {
+// rechargeCheckTx starts the customer's automatic recharge when it is armed
+// and the balance, less projectedCents, is below the threshold: in a
+// close's transaction after its burn-down (projectedCents 0), or in a usage
+// roll-up's with the rated total of the customer's open period (what its
+// close will burn down). It disarms it, inserts the top-up (top_up_id
+// recharge-<n>, for recharge_to_cents less that projected balance, at least
+// Stripe's minimum) with its job, and sends credit.balance_low. It returns
+// the top-up, or nil when none was started.
+func (l *Ledger) rechargeCheckTx(ctx context.Context, tx *Tx, now time.Time, customerID, actor string, projectedCents int64) (*TopUp, error) {
 	var n int32
 	var to, balance int64
 	var currency string
 	rows, err := tx.Query(ctx, `
 UPDATE billing.customers c SET recharge_armed = false, recharge_count = c.recharge_count + 1
-FROM (SELECT `+fmt.Sprintf(creditBalanceSQL, "(SELECT currency FROM billing.customers WHERE customer_id = $1)")+` AS balance) b
+FROM (SELECT `+fmt.Sprintf(creditBalanceSQL, "(SELECT currency FROM billing.customers WHERE customer_id = $1)")+` - $3 AS balance) b
 WHERE c.customer_id = $1 AND c.recharge_armed AND b.balance < c.recharge_below_cents
-RETURNING c.recharge_count, c.recharge_to_cents, b.balance, c.currency`, customerID, now)
+RETURNING c.recharge_count, c.recharge_to_cents, b.balance, c.currency`, customerID, now, projectedCents)
 	if err != nil {
 		return nil, fmt.Errorf("error checking automatic recharge: %w", err)
 	}
@@ -64,19 +66,21 @@ RETURNING c.recharge_count, c.recharge_to_cents, b.balance, c.currency`, custome
 		return nil, nil
 	}
 	want := TopUp{CustomerID: customerID, TopUpID: fmt.Sprintf("recharge-%d", n), Source: TopUpSourceRecharge,
-		AmountCents: max(to-balance, AmountMinCents(currency)), Currency: currency, Category: CreditPaid,
+		AmountCents: min(max(to-balance, AmountMinCents(currency)), AmountMaxCents), Currency: currency, Category: CreditPaid,
 		Priority: CreditPriorityDefault, CreatedBy: actor}
 	t, _, err := l.topUpInsertTx(ctx, tx, now, want)
 	if err != nil {
 		return nil, fmt.Errorf("error starting automatic recharge: %w", err)
 	}
-	recordNotice(tx, notice{typ: NotifyCreditBalanceLow, topUp: t.ID})
+	recordNotice(tx, notice{typ: NotifyCreditBalanceLow, topUp: t.ID, balance: balance})
 	return t, nil
 }
 
 // BalanceLow is what credit.balance_low reports: the customer's balance in
-// its currency fell below its recharge threshold, and the top-up that
-// recharges it.
+// its currency fell (or its open period's usage projects it) below its
+// recharge threshold, and the top-up that recharges it. BalanceCents is
+// the balance that crossed: what is left of its grants, less the rated
+// usage of its open period when a roll-up projected it.
 type BalanceLow struct {
 	CustomerID         string      `json:"customer_id"`
 	Currency           string      `json:"currency"`
@@ -86,13 +90,14 @@ type BalanceLow struct {
 	TopUp              PublicTopUp `json:"top_up"`
 }
 
-// balanceLowTx reads credit.balance_low's object for recharge top-up t.
-func balanceLowTx(ctx context.Context, tx *Tx, now time.Time, t *TopUp) (*BalanceLow, error) {
-	b := &BalanceLow{CustomerID: t.CustomerID, Currency: t.Currency, TopUp: t.Public()}
-	err := tx.QueryRow(ctx, `SELECT `+fmt.Sprintf(creditBalanceSQL, "$3")+`, recharge_below_cents, recharge_to_cents
-FROM billing.customers WHERE customer_id = $1`, t.CustomerID, now, t.Currency).Scan(&b.BalanceCents, &b.RechargeBelowCents, &b.RechargeToCents)
+// balanceLowTx reads credit.balance_low's object for recharge top-up t,
+// started when the balance was balance.
+func balanceLowTx(ctx context.Context, tx *Tx, t *TopUp, balance int64) (*BalanceLow, error) {
+	b := &BalanceLow{CustomerID: t.CustomerID, Currency: t.Currency, BalanceCents: balance, TopUp: t.Public()}
+	err := tx.QueryRow(ctx, `SELECT recharge_below_cents, recharge_to_cents FROM billing.customers WHERE customer_id = $1`,
+		t.CustomerID).Scan(&b.RechargeBelowCents, &b.RechargeToCents)
 	if err != nil {
-		return nil, fmt.Errorf("error reading balance of customer %q to notify: %w", t.CustomerID, err)
+		return nil, fmt.Errorf("error reading recharge of customer %q to notify: %w", t.CustomerID, err)
 	}
 	return b, nil
 }

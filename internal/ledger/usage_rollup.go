@@ -210,21 +210,25 @@ ORDER BY 1, 2, 3`, planFresh, customers, periods)
 // usageThresholdsRatedTx rates the roll-ups of each open period of keys
 // whose customer has a usage threshold the period has not reached yet, and
 // records those its rated total (pre-priced events included, carried
-// amounts not) reached. A period the plan cannot rate is logged and left
-// for the close, which fails loudly on it.
+// amounts not) reached; and, for a customer whose automatic recharge is
+// armed, starts it when that total projects its credit balance below the
+// threshold (rechargeCheckTx). A period the plan cannot rate is logged and
+// left for the close, which fails loudly on it.
 func (l *Ledger) usageThresholdsRatedTx(ctx context.Context, tx *Tx, now time.Time, keys []periodKey) (int, error) {
 	customers, periods := splitKeys(keys)
 	rows, err := tx.Query(ctx, `
-SELECT p.customer_id, p.period, p.currency, p.plan_id, p.plan_version, v.price_book
+SELECT p.customer_id, p.period, p.currency, p.plan_id, p.plan_version, v.price_book,
+       c.recharge_armed AND c.recharge_below_cents IS NOT NULL AND c.currency = p.currency
 FROM unnest($1::text[], $2::text[]) AS k (customer_id, period)
 JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
 JOIN billing.customers c ON c.customer_id = p.customer_id
 LEFT JOIN billing.plan_versions v ON v.plan_id = p.plan_id AND v.version = p.plan_version
 WHERE p.status = 'open'
-  AND EXISTS (SELECT 1 FROM unnest(c.usage_alert_thresholds_cents) AS t (threshold_cents)
-              WHERE NOT EXISTS (SELECT 1 FROM billing.usage_thresholds_reached r
-                                WHERE r.customer_id = p.customer_id AND r.period = p.period
-                                  AND r.threshold_cents = t.threshold_cents))
+  AND (EXISTS (SELECT 1 FROM unnest(c.usage_alert_thresholds_cents) AS t (threshold_cents)
+               WHERE NOT EXISTS (SELECT 1 FROM billing.usage_thresholds_reached r
+                                 WHERE r.customer_id = p.customer_id AND r.period = p.period
+                                   AND r.threshold_cents = t.threshold_cents))
+       OR (c.recharge_armed AND c.recharge_below_cents IS NOT NULL AND c.currency = p.currency))
 ORDER BY 1, 2`, customers, periods)
 	if err != nil {
 		return 0, fmt.Errorf("error finding the periods with thresholds to check: %w", err)
@@ -233,13 +237,14 @@ ORDER BY 1, 2`, customers, periods)
 		key      periodKey
 		currency string
 		plan     periodPlan
+		recharge bool
 	}
 	var candidates []candidate
 	var c candidate
 	var planID *string
 	var planVersion *int32
 	var book []byte
-	_, err = pgx.ForEachRow(rows, []any{&c.key.customerID, &c.key.period, &c.currency, &planID, &planVersion, &book}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.key.customerID, &c.key.period, &c.currency, &planID, &planVersion, &book, &c.recharge}, func() error {
 		c.plan = periodPlan{}
 		if planID != nil && planVersion != nil && book != nil {
 			c.plan = periodPlan{id: *planID, version: *planVersion, book: append([]byte(nil), book...)}
@@ -275,6 +280,11 @@ ORDER BY 1, 2`, customers, periods)
 			continue
 		}
 		totals = append(totals, periodTotal{key: c.key, currency: c.currency, totalCents: total})
+		if c.recharge {
+			if _, err := l.rechargeCheckTx(ctx, tx, now, c.key.customerID, "usage_rollup", total); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if len(totals) == 0 {
 		return 0, nil
