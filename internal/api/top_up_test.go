@@ -85,6 +85,7 @@ WHERE top_up_id = 'tu-2'`)
 			`{"top_up_id":"","amount_cents":5000}`:                                             "top_up_id",
 			`{"top_up_id":"` + strings.Repeat("x", 250) + `","amount_cents":5000}`:             "top_up_id",
 			`{"top_up_id":"tu","amount_cents":5000,"category":"gift"}`:                         "category",
+			`{"top_up_id":"recharge-1","amount_cents":5000}`:                                   "top_up_id",
 			`{"top_up_id":"tu","amount_cents":5000,"grant_expires_at":"2020-01-01T00:00:00Z"}`: "grant_expires_at",
 		} {
 			rec := b.do(http.MethodPost, "/v1/customers/acme/top-ups", body)

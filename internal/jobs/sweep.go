@@ -117,7 +117,12 @@ func (w *SweepWorker) sweep(ctx context.Context, jobs ledger.SweepJobs, actor st
 			slog.String("grant_id", e.GrantID), slog.Int64("expired_cents", e.AmountCents), slog.String("currency", e.Currency),
 			slog.Time("expires_at", e.ExpiresAt))
 	}
-	stuck, topUpErr := w.ledger.TopUpsStuck(ctx, w.stuckAfter, 100)
+	var stuck []*ledger.TopUp
+	charging, topUpErr := w.ledger.ChargingGet(ctx)
+	if topUpErr == nil && !charging.Paused {
+		// Paused, top-ups wait for the kill switch, which alerts itself.
+		stuck, topUpErr = w.ledger.TopUpsStuck(ctx, w.stuckAfter, 100)
+	}
 	for _, t := range stuck {
 		err := w.ledger.TopUpJobRunNow(ctx, t.CustomerID, t.TopUpID)
 		action := "job_run_again"

@@ -31,6 +31,12 @@ func (TopUpArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueCharges, UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
+// topUpLookback is how long before a top-up's row the look-up for its
+// PaymentIntents starts: beyond clock skew, a top-up bought again under its
+// top_up_id after a restore lost its row must find the PaymentIntent of the
+// first purchase, days before the new row.
+const topUpLookback = 30 * 24 * time.Hour
+
 // topUpPollInterval is how often the job of a processing top-up looks at
 // its PaymentIntent again (a webhook usually settles it first).
 const topUpPollInterval = 5 * time.Minute
@@ -202,10 +208,10 @@ func (w *TopUpWorker) owner(job *river.Job[TopUpArgs]) string {
 }
 
 // topUpPaymentIntents lists the PaymentIntents on Stripe that carry top-up
-// t's key (metadata.tally_top_up_key), created since a little before the
-// top-up, and the one the ledger names if the listing missed it.
+// t's key (metadata.tally_top_up_key), created since topUpLookback before
+// the top-up, and the one the ledger names if the listing missed it.
 func topUpPaymentIntents(ctx context.Context, s Stripe, t *ledger.TopUp) ([]*stripe.PaymentIntent, error) {
-	all, err := s.PaymentIntentList(ctx, t.StripeCustomerID, t.CreatedAt.Add(-lookupLookback))
+	all, err := s.PaymentIntentList(ctx, t.StripeCustomerID, t.CreatedAt.Add(-topUpLookback))
 	if err != nil {
 		return nil, err
 	}

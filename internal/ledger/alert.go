@@ -76,6 +76,12 @@ const (
 	// AlertTopUpStuck is a top-up not settled long after its last move; the
 	// sweep makes its job run again. Runbook: docs/operations.md#alert-top_up_stuck.
 	AlertTopUpStuck Alert = "top_up_stuck"
+
+	// AlertTopUpPaidUnrecorded is a PaymentIntent carrying a top-up's key
+	// that succeeded on Stripe but that the top-up cannot record (it was
+	// canceled, or settled with another PaymentIntent): money moved with no
+	// grant for it. Runbook: docs/operations.md#alert-top_up_paid_unrecorded.
+	AlertTopUpPaidUnrecorded Alert = "top_up_paid_unrecorded"
 )
 
 // Attr is a's attribute on a log line: alert=<a>.

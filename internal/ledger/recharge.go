@@ -65,7 +65,7 @@ RETURNING c.recharge_count, c.recharge_to_cents, b.balance, c.currency`, custome
 	if !found {
 		return nil, nil
 	}
-	want := TopUp{CustomerID: customerID, TopUpID: fmt.Sprintf("recharge-%d", n), Source: TopUpSourceRecharge,
+	want := TopUp{CustomerID: customerID, TopUpID: fmt.Sprintf("%s%d", TopUpRechargePrefix, n), Source: TopUpSourceRecharge,
 		AmountCents: min(max(to-balance, AmountMinCents(currency)), AmountMaxCents), Currency: currency, Category: CreditPaid,
 		Priority: CreditPriorityDefault, CreatedBy: actor}
 	t, _, err := l.topUpInsertTx(ctx, tx, now, want)

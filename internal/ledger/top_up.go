@@ -51,6 +51,10 @@ const (
 	TopUpSourceRecharge = "recharge" // the customer's automatic recharge
 )
 
+// TopUpRechargePrefix starts the top_up_id of every automatic recharge
+// ("recharge-<n>"); TopUpCreate refuses it.
+const TopUpRechargePrefix = "recharge-"
+
 // TopUpGrantPrefix starts the grant_id of every grant a top-up bought
 // ("top_up:" + top_up_id); CreditGrantCreate refuses it.
 const TopUpGrantPrefix = "top_up:"
@@ -216,6 +220,9 @@ func (l *Ledger) TopUpCreate(ctx context.Context, p TopUpParams) (*TopUp, bool, 
 	if n := len(p.TopUpID); n > idMaxBytes-len(TopUpGrantPrefix) && n <= idMaxBytes {
 		fe.add("top_up_id", "is %d bytes long; send at most %d bytes (its grant is named %q + top_up_id)",
 			n, idMaxBytes-len(TopUpGrantPrefix), TopUpGrantPrefix)
+	}
+	if strings.HasPrefix(p.TopUpID, TopUpRechargePrefix) {
+		fe.add("top_up_id", "must not start with %q: that names the customer's automatic recharges", TopUpRechargePrefix)
 	}
 	if p.Currency != "" {
 		checkCurrency(fe, "currency", p.Currency)

@@ -195,6 +195,15 @@ func (l *Ledger) topUpApplyTx(ctx context.Context, tx *Tx, now time.Time, t *Top
 	source outcomeSource) (*TopUp, bool, error) {
 	release := source.lease() == leaseRelease
 	if !topUpMayTake(t, o) {
+		if o.Class == OutcomeSucceeded && (t.Status != TopUpSucceeded || t.StripePaymentIntentID == nil ||
+			*t.StripePaymentIntentID != o.StripePaymentIntentID) {
+			// Money moved that the ledger cannot record: a canceled
+			// top-up's PaymentIntent, a second one, a mismatch held.
+			l.logger.ErrorContext(ctx, "ALERT a PaymentIntent of a top-up succeeded that the top-up cannot record: no grant for it "+
+				"(docs/operations.md#alert-top_up_paid_unrecorded)", AlertTopUpPaidUnrecorded.Attr(),
+				"customer_id", t.CustomerID, "top_up_id", t.TopUpID, "status", string(t.Status),
+				"payment_intent", o.StripePaymentIntentID, "actor", actor)
+		}
 		if release {
 			tx.execLater(nil, `UPDATE billing.top_ups SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $2
 WHERE id = $1`, t.ID, now)
