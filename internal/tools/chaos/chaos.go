@@ -47,6 +47,11 @@ type run struct {
 
 	workTotal int
 	workDone  atomic.Int64 // units of work posted so far
+
+	// topUps is what the run asked of the top-ups API and was answered;
+	// rechargers are the customers with an automatic recharge.
+	topUps     *topUpBook
+	rechargers []int
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -70,7 +75,8 @@ func (r *run) fault(name string) {
 // report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
-	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}, plans: planBook{}}
+	r := &run{cfg: cfg, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a11)), faults: map[string]int{}, plans: planBook{},
+		topUps: newTopUpBook()}
 	r.logf("seed %d: %d customers, %d events, load over %s", cfg.Seed, cfg.Customers, cfg.Events, cfg.LoadFor)
 
 	var err error
@@ -138,14 +144,23 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	}
 	customers := make([]string, r.cfg.Customers)
 	expect := map[string]expectation{}
+	var buyers []int
+	prepaidRank := 0
 	for i := range customers {
 		customers[i] = fmt.Sprintf("c-%04d", i)
-		stripeID := fmt.Sprintf("cus_chaos_%04d", i)
-		body := map[string]any{"stripe_customer_id": stripeID, "currency": "usd"}
-		if planCustomer(i) {
-			body["plan_id"] = chaosPlanID
+		stripeID := stripeCustomerID(i)
+		role := roleGrantsOnly
+		if prepaidCustomer(i) {
+			role = prepaidRoleOf(r.cfg.Seed, prepaidRank, i)
+			prepaidRank++
 		}
-		ans, err := r.producer.do(ctx, http.MethodPut, "/v1/customers/"+customers[i], i%2, body)
+		switch role {
+		case roleTopUps:
+			buyers = append(buyers, i)
+		case roleRecharge:
+			r.rechargers = append(r.rechargers, i)
+		}
+		ans, err := r.producer.do(ctx, http.MethodPut, "/v1/customers/"+customers[i], i%2, customerBody(i, role == roleRecharge))
 		if err != nil {
 			return nil, err
 		}
@@ -186,8 +201,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	}
 	defer rcv.close()
 	r.fault("webhook receiver failing 30% of deliveries")
-	if _, err := r.control.WebhookModeSet(ctx, stripesim.WebhookMode{URL: r.apiURLs[0] + "/v1/stripe/webhooks",
-		Duplicate: 1, Delay: 200 * time.Millisecond, Reorder: true}); err != nil {
+	if _, err := r.control.WebhookModeSet(ctx, r.webhookMode()); err != nil {
 		return nil, err
 	}
 	r.fault("webhook duplicate+delay+reorder mode")
@@ -196,7 +210,14 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	periods := []time.Time{h0.Add(-2 * time.Hour), h0.Add(-time.Hour), h0}
 	work, _ := planLoad(r.rnd, customers, periods, r.cfg.Events)
 	r.workTotal = len(work)
-	r.logf("posting %d units of work with %d producers", len(work), r.cfg.Producers)
+	// The top-ups have their own stream of the seed, so the load is the one
+	// the seed gave before there were top-ups.
+	topUps := planTopUps(rand.New(rand.NewPCG(uint64(r.cfg.Seed), 0x7095)), buyers, customers)
+	for _, t := range topUps {
+		r.topUps.planned[t.id+"/"+t.topUpID] = t
+	}
+	r.logf("posting %d units of work with %d producers; %d top-ups for %d customers, %d customers with an automatic recharge",
+		len(work), r.cfg.Producers, len(topUps), len(buyers), len(r.rechargers))
 
 	loadCtx, stopFaults := context.WithCancel(ctx)
 	var faultsWG sync.WaitGroup
@@ -206,11 +227,15 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	}
 	faultsWG.Add(1)
 	go func() { defer faultsWG.Done(); r.milestones(loadCtx, customers, periods) }()
+	topUpsDone := make(chan struct{})
+	go func() { defer close(topUpsDone); r.topUpLoop(ctx, topUps) }()
 
 	r.produce(ctx, work)
 	r.logf("load done: %d posts, %d acknowledged", r.producer.stats.posts.Load(), len(r.producer.stats.acked))
 	stopFaults()
 	faultsWG.Wait()
+	<-topUpsDone
+	r.webhooksUp(ctx) // when the load ended inside the outage
 
 	// Quiescence: every replica up, the last periods closed, discarded jobs
 	// redriven (twice), then wait for every charge and job to settle.
@@ -226,7 +251,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 			return nil, err
 		}
 	}
-	r.closeAll(ctx, customers, periods)
+	// The last period's closes apply the grants top-ups bought: they come
+	// once no top-up is in flight (see waitTopUpsSettled).
+	r.closeAll(ctx, customers, periods[:2])
+	r.waitTopUpsSettled(ctx, r.cfg.QuiesceMax/2)
+	r.closeAll(ctx, customers, periods[2:])
 	for range 2 {
 		out, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + r.dbURL}, "redrive")
 		if err != nil {
@@ -254,7 +283,8 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	r.plansMu.Lock()
 	plans := r.plans
 	r.plansMu.Unlock()
-	violations, byStatus, lines, err := check(ctx, conn, pis, acked, expect, plans)
+	chargePIs, _ := splitPaymentIntents(pis)
+	violations, byStatus, lines, err := check(ctx, conn, chargePIs, acked, expect, plans)
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +304,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	}
 	violations = append(violations, notified...)
 	taken, _, tries, failed := rcv.snapshot()
+	topUpViolations, topUpCounts, err := checkTopUps(ctx, conn, pis, r.topUps, taken)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, topUpViolations...)
 	r.logf("webhook receiver: %d notifications taken in %d deliveries, %d answered 503 on purpose", len(taken), tries, failed)
 	if r.pauseLeaks > 0 {
 		violations = append(violations, fmt.Sprintf("%d PaymentIntents were created while charging was paused", r.pauseLeaks))
@@ -290,7 +325,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
 		EventsInLedger: inLedger, VoidsAcked: len(voided), VoidsInLedger: voids, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
-		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Credits: credits, Violations: violations,
+		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Credits: credits, TopUps: topUpCounts, Violations: violations,
 	}, nil
 }
 
@@ -342,23 +377,33 @@ func (r *run) putPlan(ctx context.Context, def planDef) error {
 // version is put.
 const planVersion2At = 0.25
 
-// milestones puts the plan's second version at planVersion2At, closes the
-// oldest period once 45% of the work is posted,
-// pauses charging (the kill switch) at 47% while those charges run, restarts
-// Postgres at 55%, and closes the middle period at 80% — the points up to
-// which planLoad placed most of each period's events.
+// milestones stops the webhooks from webhookOutageFrom to webhookOutageTo
+// (only top-ups call Stripe then), puts the plan's second version at
+// planVersion2At, closes the oldest period once 45% of the work is posted
+// (the recharges it starts meet a stored 500 first: rechargeFaults),
+// pauses charging (the kill switch) at 47% while those charges (and the
+// recharges those closes started) run, puts the recharge customers again
+// with the same body at 50%, restarts Postgres at 55%, and closes the
+// middle period at 80% — the points up to which planLoad placed most of
+// each period's events.
 func (r *run) milestones(ctx context.Context, customers []string, periods []time.Time) {
 	steps := []struct {
 		at float64
 		do func()
 	}{
+		{webhookOutageFrom, func() { r.webhooksDown(ctx) }},
 		{planVersion2At, func() {
 			if err := r.putPlan(context.WithoutCancel(ctx), chaosPlanVersions[1]); err != nil {
 				r.logf("%v", err)
 			}
 		}},
-		{0.45, func() { r.closeAll(ctx, customers, periods[:1]) }},
+		{webhookOutageTo, func() { r.webhooksUp(ctx) }},
+		{0.45, func() {
+			r.rechargeFaults(ctx)
+			r.closeAll(ctx, customers, periods[:1])
+		}},
 		{0.47, func() { r.killSwitch(ctx) }},
+		{0.50, func() { r.rePutRecharge(context.WithoutCancel(ctx), r.rechargers, customers) }},
 		{0.55, func() {
 			r.logf("restarting Postgres")
 			if err := r.cluster.restart(context.Background()); err != nil {
@@ -564,16 +609,18 @@ func (r *run) keyExpireLoop(ctx context.Context) {
 	}
 }
 
-// waitQuiescent waits until no charge is unsettled, no charge or webhook job
-// is left to run, and every period with events has a charge.
+// waitQuiescent waits until no charge or top-up is unsettled, no charge,
+// top-up or webhook job is left to run, and every period with events has a
+// charge.
 func (r *run) waitQuiescent(ctx context.Context) error {
 	return waitQuiescent(ctx, r.dbURL, r.cfg.QuiesceMax, r.logf)
 }
 
 // waitQuiescent waits, up to quiesceMax, until the database at dbURL has
-// no charge in pending, unknown, processing or past_due, no charge_period,
-// stripe_event or webhook_delivery job left to run, and a charge for every
-// period with events.
+// no charge in pending, unknown, processing or past_due, no top-up in
+// pending, unknown or processing, no charge_period, top_up, stripe_event or
+// webhook_delivery job left to run, and a charge for every period with
+// events.
 // It logs progress every 10 s and returns an error describing what is left
 // when the time is up.
 func waitQuiescent(ctx context.Context, dbURL string, quiesceMax time.Duration, logf func(string, ...any)) error {
@@ -584,22 +631,24 @@ func waitQuiescent(ctx context.Context, dbURL string, quiesceMax time.Duration, 
 	defer conn.Close(context.Background())
 	deadline := time.Now().Add(quiesceMax)
 	lastLog := time.Now()
-	var unsettled, jobs, uncharged int
+	var unsettled, topUps, jobs, uncharged int
 	for time.Now().Before(deadline) {
 		err := conn.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing', 'past_due')),
-       (SELECT count(*) FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event', 'webhook_delivery')
+       (SELECT count(*) FROM billing.top_ups WHERE status IN ('pending', 'unknown', 'processing')),
+       (SELECT count(*) FROM river.river_job WHERE kind IN ('charge_period', 'top_up', 'stripe_event', 'webhook_delivery')
           AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')),
        (SELECT count(*) FROM billing.periods p WHERE NOT EXISTS (
-          SELECT 1 FROM billing.charges c WHERE c.customer_id = p.customer_id AND c.period = p.period))`).Scan(&unsettled, &jobs, &uncharged)
-		if err == nil && unsettled == 0 && jobs == 0 && uncharged == 0 {
+          SELECT 1 FROM billing.charges c WHERE c.customer_id = p.customer_id AND c.period = p.period))`).Scan(
+			&unsettled, &topUps, &jobs, &uncharged)
+		if err == nil && unsettled == 0 && topUps == 0 && jobs == 0 && uncharged == 0 {
 			logf("quiescent")
 			return nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			lastLog = time.Now()
-			logf("waiting: %d unsettled charges, %d jobs left (%s), %d periods without a charge",
-				unsettled, jobs, strings.Join(jobsLeft(ctx, conn, 3), "; "), uncharged)
+			logf("waiting: %d unsettled charges, %d unsettled top-ups, %d jobs left (%s), %d periods without a charge",
+				unsettled, topUps, jobs, strings.Join(jobsLeft(ctx, conn, 3), "; "), uncharged)
 		}
 		select {
 		case <-ctx.Done():
@@ -608,16 +657,17 @@ SELECT (SELECT count(*) FROM billing.charges WHERE status IN ('pending', 'unknow
 		}
 	}
 	left := jobsLeft(ctx, conn, 10)
-	return fmt.Errorf("not quiescent after %s: %d unsettled charges, %d jobs left, %d periods without a charge; jobs: %s",
-		quiesceMax, unsettled, jobs, uncharged, strings.Join(left, "; "))
+	return fmt.Errorf("not quiescent after %s: %d unsettled charges, %d unsettled top-ups, %d jobs left, %d periods without a charge; jobs: %s",
+		quiesceMax, unsettled, topUps, jobs, uncharged, strings.Join(left, "; "))
 }
 
-// jobsLeft describes up to limit charge and webhook jobs not yet finished.
+// jobsLeft describes up to limit charge, top-up and webhook jobs not yet
+// finished.
 func jobsLeft(ctx context.Context, conn *pgx.Conn, limit int) []string {
 	rows, err := conn.Query(ctx, `
 SELECT id || ' ' || kind || ' ' || state || ' attempt ' || attempt || ' scheduled ' || to_char(scheduled_at, 'HH24:MI:SS')
        || coalesce(' last error: ' || (errors[array_length(errors, 1)]->>'error'), '')
-FROM river.river_job WHERE kind IN ('charge_period', 'stripe_event', 'webhook_delivery')
+FROM river.river_job WHERE kind IN ('charge_period', 'top_up', 'stripe_event', 'webhook_delivery')
   AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
 ORDER BY id LIMIT $1`, limit)
 	if err != nil {

@@ -46,6 +46,11 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, report.Faults["kill worker"])
 	require.Positive(t, report.Faults["kill api"])
 	require.Positive(t, report.VoidsAcked, "events voided while their period was open")
+	// Top-ups were bought through the API and by automatic recharges, and
+	// some succeeded (each then checked against Stripe and its grant).
+	for _, k := range []string{"bought", "recharges", "succeeded"} {
+		require.Positive(t, report.TopUps[k], "top-ups: %s", k)
+	}
 	// The plan customers' periods were rated, with both versions, and the
 	// check saw zero quantities and quantities exactly on a bound.
 	for _, k := range []string{"usage " + chaosPlanID + " v1", "usage " + chaosPlanID + " v2", "usage of zero", "usage on a bound", "pre_priced", "carried"} {

@@ -17,7 +17,9 @@ import (
 // the burn-down to its promise: a grant never applies more than it has,
 // each application is one credit line of one charge of the grant's
 // customer, and a charge left to pay by card had no unscoped grant valid
-// for it with anything left.
+// for it with anything left. Some prepaid customers also buy top-ups or
+// have an automatic recharge (topups.go): the grants those buy are checked
+// here too, and against Stripe in checkTopUps.
 
 // prepaidCustomer reports whether customer i holds credits: not one of the
 // customers whose card fails on purpose (their expectations assume every
@@ -28,6 +30,21 @@ func prepaidCustomer(i int) bool {
 
 // grantCredits gives customer i (id) its grants, deterministic in i.
 func (r *run) grantCredits(ctx context.Context, i int, id string) error {
+	for _, g := range creditGrants(i, time.Now()) {
+		ans, err := r.producer.do(ctx, http.MethodPost, "/v1/customers/"+id+"/credit-grants", i%2, g)
+		if err != nil {
+			return err
+		}
+		if ans.status/100 != 2 {
+			return fmt.Errorf("POST /v1/customers/%s/credit-grants answered %d %s", id, ans.status, ans.code)
+		}
+		r.fault("credit grant")
+	}
+	return nil
+}
+
+// creditGrants are the grants of customer i, given at now.
+func creditGrants(i int, now time.Time) []map[string]any {
 	grants := []map[string]any{{
 		"grant_id": "g-main", "amount_cents": 300 + (i*37)%2500, "currency": "usd", "category": "promotional",
 	}}
@@ -41,21 +58,11 @@ func (r *run) grantCredits(ctx context.Context, i int, id string) error {
 		grants = append(grants, map[string]any{"grant_id": "g-api", "amount_cents": 500, "currency": "usd",
 			"category": "promotional", "priority": 10, "metrics": []string{"api_calls"}})
 	}
-	if i%30 == 3 {
+	if expiringGrant(i) {
 		grants = append(grants, map[string]any{"grant_id": "g-expiring", "amount_cents": 400, "currency": "usd",
-			"category": "promotional", "priority": 0, "expires_at": time.Now().Add(20 * time.Second).UTC().Format(time.RFC3339)})
+			"category": "promotional", "priority": 0, "expires_at": now.Add(20 * time.Second).UTC().Format(time.RFC3339)})
 	}
-	for _, g := range grants {
-		ans, err := r.producer.do(ctx, http.MethodPost, "/v1/customers/"+id+"/credit-grants", i%2, g)
-		if err != nil {
-			return err
-		}
-		if ans.status/100 != 2 {
-			return fmt.Errorf("POST /v1/customers/%s/credit-grants answered %d %s", id, ans.status, ans.code)
-		}
-		r.fault("credit grant")
-	}
-	return nil
+	return grants
 }
 
 // checkCredits checks every grant's entries and every charge's credits,

@@ -9,12 +9,20 @@
 // Postgres restart and late redrives. A third of the customers are on a
 // tiered plan (graduated, volume and package prices; a second version
 // mid-run) and send quantity events; about one acknowledged event in 20 is
-// voided right after its 2xx. It then checks the result from the
-// ledger's tables and the simulator's own record, independently of Tally's
-// code — every charge line is rated again with this package's own rating
-// (rating.go, lines_check.go) from the events not voided, and the voids in
-// the ledger are exactly those acknowledged (or whose answer was lost) —
-// and reports.
+// voided right after its 2xx. One customer in ten is prepaid (credit
+// grants, some expiring); a third of those also buy top-ups through the
+// API, posted as a client that retries after a timeout would, and a third
+// have an automatic recharge that the closes start (topups.go); their
+// Stripe calls meet declines, stored 500s, dropped connections, latency and
+// a webhook outage. It then checks the result from the ledger's tables and
+// the simulator's own record, independently of Tally's code — every charge
+// line is rated again with this package's own rating (rating.go,
+// lines_check.go) from the events not voided, the voids in the ledger are
+// exactly those acknowledged (or whose answer was lost), every top-up was
+// bought at most once on Stripe with one grant per success, Stripe's total
+// per customer is the ledger's charges plus top-ups, and each recharge
+// happened once per crossing of its threshold (topups_check.go) — and
+// reports.
 //
 // The failover drill (RunFailover, failover.go) proves the promise across
 // a database failover. A primary streams to a standby through a pausable

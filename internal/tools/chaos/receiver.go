@@ -47,6 +47,13 @@ type notification struct {
 		Object struct {
 			ID     json.Number `json:"id"`
 			Status string      `json:"status"`
+			// A top-up's (top_up.*), and the top-up of credit.balance_low.
+			CustomerID string `json:"customer_id"`
+			TopUpID    string `json:"top_up_id"`
+			TopUp      struct {
+				CustomerID string `json:"customer_id"`
+				TopUpID    string `json:"top_up_id"`
+			} `json:"top_up"`
 		} `json:"object"`
 	} `json:"data"`
 }

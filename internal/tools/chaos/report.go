@@ -27,6 +27,7 @@ type Report struct {
 	PaymentIntents int
 	Lines          map[string]int // charge lines rated again and checked, by what they cover
 	Credits        map[string]int // grants, and their applied and expired entries, checked
+	TopUps         map[string]int // top-ups posted, bought, recharged, by outcome, and their PaymentIntents
 	Violations     []string
 }
 
@@ -47,9 +48,10 @@ func (r *Report) LinesChecked() int {
 
 // Line is the one-line summary of the run.
 func (r *Report) Line() string {
-	return fmt.Sprintf("seed=%d duration=%s events=%d acked=%d charges=%s lines=%d payment_intents=%d kills=%d violations=%d",
+	return fmt.Sprintf("seed=%d duration=%s events=%d acked=%d charges=%s lines=%d top_ups=bought:%d,recharges:%d,succeeded:%d,failed:%d payment_intents=%d kills=%d violations=%d",
 		r.Seed, r.Duration.Round(time.Second), r.EventsPlanned, r.EventsAcked, formatCounts(r.Charges), r.LinesChecked(),
-		r.PaymentIntents, r.Faults["kill"], len(r.Violations))
+		r.TopUps["bought"], r.TopUps["recharges"], r.TopUps["succeeded"], r.TopUps["failed"], r.PaymentIntents, r.Faults["kill"],
+		len(r.Violations))
 }
 
 // Write prints the full report.
@@ -72,7 +74,8 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "charge lines         %d rated again from the events and matched to the cent: %s\n", r.LinesChecked(),
 		formatCounts(r.Lines))
 	fmt.Fprintf(w, "credits              %s checked (prepaid customers: one in ten)\n", formatCounts(r.Credits))
-	fmt.Fprintf(w, "payment intents      %d\n", r.PaymentIntents)
+	fmt.Fprintf(w, "top-ups              %s\n", formatTopUps(r.TopUps))
+	fmt.Fprintf(w, "payment intents      %d (%d of them top-ups')\n", r.PaymentIntents, r.TopUps["payment intents"])
 	fmt.Fprintf(w, "violations           %d (expected 0)\n", len(r.Violations))
 	writeList(w, r.Violations, 50)
 	fmt.Fprintf(w, "%s\n", r.Line())
