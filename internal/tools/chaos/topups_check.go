@@ -35,6 +35,7 @@ type ledgerTopUp struct {
 	amount                                 int64
 	currency, key, pi, heldReason, stripeC string
 	createdAt                              time.Time
+	createdBy                              string
 	toSucceeded, toFailed                  int // transitions into each
 }
 
@@ -257,8 +258,12 @@ func checkTopUps(ctx context.Context, conn *pgx.Conn, pis []*stripe.PaymentInten
 // target", on what the ledger recorded:
 //   - its recharge top-ups are recharge-1 … recharge-N, N its recharge_count
 //     (one top-up each time a close disarmed it);
-//   - each was started by a close: it was created at the instant a charge of
-//     its customer was, in that close's transaction;
+//   - each was started by a close (it was created at the instant a charge of
+//     its customer was, in that close's transaction) or by a usage roll-up
+//     (created_by usage_rollup), whose balance is projected: less the rated
+//     usage of the open period, which the check cannot replay. A roll-up's
+//     recharge is held only to being for at least what the balance the
+//     closes left lacked (the usage it projected is never negative);
 //   - each is for exactly what the balance its close saw lacked: the check
 //     replays the balance from the grants the customer started with, the
 //     credits each close applied (by the charges' creation) and the grants
@@ -360,7 +365,13 @@ FROM billing.charges c ORDER BY c.created_at`)
 			}
 			applied, closing := appliedBy(customer, t.createdAt)
 			seen := balance - applied
+			rollup := t.createdBy == "usage_rollup"
 			switch {
+			case rollup && t.amount < max(to-seen, usdMinimum):
+				bad("%s, started by a roll-up, is for %d; the closes left %d (%d granted before it, %d applied), which needs at "+
+					"least %d to reach %d: it did not see what the ledger held", t.name(), t.amount, seen, balance, applied,
+					max(to-seen, usdMinimum), to)
+			case rollup:
 			case closing != 1:
 				bad("%s was created at %s, when %d closes of its customer created a charge, want 1", t.name(),
 					t.createdAt.UTC().Format(time.RFC3339Nano), closing)
@@ -390,7 +401,7 @@ FROM billing.charges c ORDER BY c.created_at`)
 func readTopUps(ctx context.Context, conn *pgx.Conn) ([]*ledgerTopUp, error) {
 	rows, err := conn.Query(ctx, `
 SELECT t.id, t.customer_id, t.top_up_id, t.source, t.status, t.amount_cents, t.currency, t.top_up_key,
-       coalesce(t.stripe_payment_intent_id, ''), coalesce(t.held_reason, ''), t.stripe_customer_id, t.created_at,
+       coalesce(t.stripe_payment_intent_id, ''), coalesce(t.held_reason, ''), t.stripe_customer_id, t.created_at, t.created_by,
        (SELECT count(*) FROM billing.top_up_transitions x WHERE x.top_up = t.id AND x.to_status = 'succeeded'),
        (SELECT count(*) FROM billing.top_up_transitions x WHERE x.top_up = t.id AND x.to_status = 'failed')
 FROM billing.top_ups t ORDER BY t.id`)
@@ -400,7 +411,7 @@ FROM billing.top_ups t ORDER BY t.id`)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ledgerTopUp, error) {
 		var t ledgerTopUp
 		err := row.Scan(&t.id, &t.customer, &t.topUpID, &t.source, &t.status, &t.amount, &t.currency, &t.key, &t.pi, &t.heldReason,
-			&t.stripeC, &t.createdAt, &t.toSucceeded, &t.toFailed)
+			&t.stripeC, &t.createdAt, &t.createdBy, &t.toSucceeded, &t.toFailed)
 		return &t, err
 	})
 }
