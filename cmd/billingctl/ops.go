@@ -21,14 +21,14 @@ import (
 	"github.com/tally-billing/tally/internal/stripeapi"
 )
 
-// redrive retries discarded charge_period and stripe_event jobs.
+// redrive retries discarded charge_period, stripe_event and top_up jobs.
 func redrive(ctx context.Context, client *river.Client[pgx.Tx], args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	customer := fs.String("customer", "", "only charge jobs of this customer")
+	customer := fs.String("customer", "", "only charge and top-up jobs of this customer")
 	period := fs.String("period", "", "only charge jobs of this period")
 	jobID := fs.Int64("job", 0, "only this job id")
-	kind := fs.String("kind", "", "only this kind: charge_period or stripe_event (default both)")
+	kind := fs.String("kind", "", "only this kind: charge_period, stripe_event or top_up (default all three)")
 	dryRun := fs.Bool("dry-run", false, "list what would be retried, retry nothing")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -36,10 +36,10 @@ func redrive(ctx context.Context, client *river.Client[pgx.Tx], args []string, s
 	p := jobs.RedriveParams{CustomerID: *customer, Period: *period, JobID: *jobID, DryRun: *dryRun}
 	switch *kind {
 	case "":
-	case "charge_period", "stripe_event":
+	case "charge_period", "stripe_event", "top_up":
 		p.Kinds = []string{*kind}
 	default:
-		return fmt.Errorf("--kind %q: want charge_period or stripe_event", *kind)
+		return fmt.Errorf("--kind %q: want charge_period, stripe_event or top_up", *kind)
 	}
 	items, err := jobs.Redrive(ctx, client, p)
 	verb := "retried"

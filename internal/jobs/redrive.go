@@ -13,7 +13,7 @@ import (
 // RedriveParams choose which discarded jobs Redrive retries. Zero fields
 // match everything.
 type RedriveParams struct {
-	// Kinds limits the job kinds; default charge_period and stripe_event.
+	// Kinds limits the job kinds; default charge_period, stripe_event and top_up.
 	Kinds []string
 
 	// CustomerID and Period limit charge_period jobs by their args.
@@ -44,7 +44,7 @@ type RedriveItem struct {
 func Redrive(ctx context.Context, client *river.Client[pgx.Tx], p RedriveParams) ([]RedriveItem, error) {
 	kinds := p.Kinds
 	if len(kinds) == 0 {
-		kinds = []string{ChargePeriodArgs{}.Kind(), StripeEventArgs{}.Kind()}
+		kinds = []string{ChargePeriodArgs{}.Kind(), StripeEventArgs{}.Kind(), TopUpArgs{}.Kind()}
 	}
 	params := river.NewJobListParams().Kinds(kinds...).States(rivertype.JobStateDiscarded).First(500)
 	if p.JobID != 0 {
@@ -81,6 +81,13 @@ func Redrive(ctx context.Context, client *river.Client[pgx.Tx], p RedriveParams)
 func redriveMatches(job *rivertype.JobRow, p RedriveParams) bool {
 	if p.CustomerID == "" && p.Period == "" {
 		return true
+	}
+	if job.Kind == (TopUpArgs{}).Kind() {
+		var args TopUpArgs
+		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
+			return false
+		}
+		return p.Period == "" && args.CustomerID == p.CustomerID
 	}
 	if job.Kind != (ChargePeriodArgs{}).Kind() {
 		return false

@@ -142,6 +142,34 @@ func TestTopUp(t *testing.T) {
 		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
 	})
 
+	// Stripe stores a 500 under the key and answers it to every retry:
+	// the job gives up (unknown), and a redrive days later, past the key
+	// window, looks on Stripe, finds nothing and calls with the next key
+	// generation.
+	t.Run("StoredErrorRedrivenPastTheKeyWindow", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		b.Customer(t, "acme")
+		b.fault(t, stripesim.Fault{Kind: stripesim.FaultKindError500BeforeCreate, Customer: "cus_acme", Count: 1})
+		b.topUp(t, ctx, "acme", "tu-1", 5000)
+		_, err := b.Pool.Exec(ctx, `UPDATE river.river_job SET max_attempts = 3 WHERE kind = 'top_up'`)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			return b.Count(t, `SELECT count(*) FROM river.river_job WHERE kind = 'top_up' AND state = 'discarded'`) == 1
+		}, waitTimeout, 50*time.Millisecond, "the job gives up on the stored 500")
+		tu := b.waitTopUp(t, ctx, "acme", "tu-1", topUpIs(ledger.TopUpUnknown))
+		require.Zero(t, tu.KeyGeneration)
+		require.Empty(t, b.sim.PaymentIntentList())
+
+		b.pastTallyKeyWindow()
+		items, err := jobs.Redrive(ctx, b.River, jobs.RedriveParams{CustomerID: "acme", Kinds: []string{"top_up"}})
+		require.NoError(t, err)
+		require.Len(t, items, 1)
+		b.requireBoughtOnce(t, ctx, "acme", "tu-1", 5000)
+		tu = b.waitTopUp(t, ctx, "acme", "tu-1", topUpIs(ledger.TopUpSucceeded))
+		require.Equal(t, 1, tu.KeyGeneration)
+	})
+
 	t.Run("DeclinedFailsWithoutGrant", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
