@@ -219,7 +219,7 @@ func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *met
 		return nil, nil, err
 	}
 	lc := cfg.Config
-	lc.Scheduler, lc.Logger, lc.OnChargeTransition = jobs.Scheduler{Client: inserter}, logger, m.ChargeTransition
+	lc.Scheduler, lc.Logger, lc.OnChargeTransition, lc.OnIngestGroup = jobs.Scheduler{Client: inserter}, logger, m.ChargeTransition, m.IngestGroup
 	l, err := ledger.New(pool, lc)
 	if err != nil {
 		pool.Close()

@@ -11,7 +11,8 @@ import (
 // settled from the environment (getenv), with the server's defaults:
 // TALLY_PERIOD, TALLY_CLOSE_GRACE, TALLY_STRIPE_KEY_WINDOW,
 // TALLY_PERIOD_BUDGET_CENTS, TALLY_ANOMALY_FACTOR, TALLY_NAMESPACE,
-// TALLY_DUNNING_SCHEDULE, TALLY_WEBHOOKS_ALLOW_CIDRS (and the deprecated
+// TALLY_DUNNING_SCHEDULE, TALLY_INGEST_GROUP_MAX, TALLY_INGEST_WRITERS,
+// TALLY_WEBHOOKS_ALLOW_CIDRS (and the deprecated
 // TALLY_WEBHOOKS_ALLOW_HTTP). Every process that
 // settles a charge (the server, billingctl) builds its ledger from it, so a
 // decline that billingctl reconcile finds becomes past_due exactly as it
@@ -26,6 +27,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PeriodBudgetCents: env.Int("TALLY_PERIOD_BUDGET_CENTS", 0, 1, 1<<62),
 		Namespace:         env.String("TALLY_NAMESPACE", NamespaceDefault),
 		AnomalyFactor:     AnomalyFactorDefault,
+		IngestGroupMax:    int(env.Int("TALLY_INGEST_GROUP_MAX", IngestGroupMaxDefault, 1, UsageEventBatchMax)),
+		IngestWriters:     int(env.Int("TALLY_INGEST_WRITERS", IngestWritersDefault, 1, 1000)),
 	}
 	allow, err := webhook.ParseCIDRs(env.String(webhook.AllowVariable, ""))
 	if err != nil {

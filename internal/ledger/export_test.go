@@ -10,8 +10,9 @@ import (
 
 // Statements whose plans tests hold to an index.
 const (
-	UsageEventInsertOpenSQL = usageEventInsertOpenSQL
-	ChargeHistorySQL        = chargeHistorySQL
+	UsageEventInsertOpenSQL  = usageEventInsertOpenSQL
+	UsageEventsInsertOpenSQL = usageEventsInsertOpenSQL
+	ChargeHistorySQL         = chargeHistorySQL
 )
 
 // PeriodCloseInSavepoint closes a period inside a savepoint of a ledger
@@ -85,4 +86,11 @@ func (l *Ledger) RechargeCheck(ctx context.Context, customerID string, projected
 		return err
 	})
 	return t, err
+}
+
+// IngestQueued is how many single events wait for a writer of their group.
+func (l *Ledger) IngestQueued() int {
+	l.groups.mu.Lock()
+	defer l.groups.mu.Unlock()
+	return len(l.groups.queue)
 }

@@ -148,6 +148,21 @@ type Config struct {
 	// DunningScheduleDefault.
 	DunningSchedule []time.Duration
 
+	// IngestGroupMax is how many single events (UsageEventRecord) one
+	// shared statement and commit may hold; 1 writes each event on its own,
+	// as before group commit. Default IngestGroupMaxDefault.
+	IngestGroupMax int
+
+	// IngestWriters is how many groups of single events are written at
+	// once; an event that finds them all busy waits for the next group.
+	// Default IngestWritersDefault.
+	IngestWriters int
+
+	// OnIngestGroup, when set, is told the size of every group of single
+	// events written (1: an event written alone): the server observes them
+	// in tally_ingest_group_events.
+	OnIngestGroup func(events int)
+
 	// OnChargeTransition, when set, is told of every charge status change
 	// (from is "" for a charge's creation) once its transaction committed:
 	// the server counts them in tally_charge_transitions_total.
@@ -189,6 +204,12 @@ func (c Config) WithDefaults() Config {
 	if c.WebhooksResolver == nil {
 		c.WebhooksResolver = net.DefaultResolver
 	}
+	if c.IngestGroupMax == 0 {
+		c.IngestGroupMax = IngestGroupMaxDefault
+	}
+	if c.IngestWriters == 0 {
+		c.IngestWriters = IngestWritersDefault
+	}
 	return c
 }
 
@@ -198,6 +219,12 @@ func (c Config) validate() error {
 	}
 	if c.CloseGrace < 0 {
 		return errors.New("CloseGrace must not be negative")
+	}
+	if c.IngestGroupMax < 1 || c.IngestGroupMax > UsageEventBatchMax {
+		return fmt.Errorf("IngestGroupMax %d: must be between 1 and %d", c.IngestGroupMax, UsageEventBatchMax)
+	}
+	if c.IngestWriters < 1 {
+		return fmt.Errorf("IngestWriters %d: must be at least 1", c.IngestWriters)
 	}
 	if c.APIKeyCacheTTL < 0 {
 		return errors.New("APIKeyCacheTTL must not be negative")
@@ -223,6 +250,7 @@ type Ledger struct {
 	config  Config
 	logger  *slog.Logger
 	apiKeys apiKeyCache
+	groups  eventGroups // single events sharing commits (usage_event_group.go)
 }
 
 // New returns a Ledger using pool, or an error naming the invalid Config field.
@@ -231,7 +259,8 @@ func New(pool *pgxpool.Pool, config Config) (*Ledger, error) {
 	if err := config.validate(); err != nil {
 		return nil, fmt.Errorf("invalid ledger config: %w", err)
 	}
-	return &Ledger{pool: pool, config: config, logger: config.Logger}, nil
+	return &Ledger{pool: pool, config: config, logger: config.Logger,
+		groups: eventGroups{writers: config.IngestWriters, max: config.IngestGroupMax}}, nil
 }
 
 // Cadence returns the configured billing period length.

@@ -18,6 +18,13 @@ import (
 // use the index want and none of avoid.
 func requirePlans(t *testing.T, b *testBundle, query, execute, want string, avoid ...string) {
 	t.Helper()
+	requirePlansIn(t, b, []string{"force_custom_plan", "force_generic_plan"}, query, execute, want, avoid...)
+}
+
+// requirePlansIn is requirePlans for the plan cache modes modes only: a
+// statement run planFresh is always planned for its parameters (custom).
+func requirePlansIn(t *testing.T, b *testBundle, modes []string, query, execute, want string, avoid ...string) {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -25,7 +32,7 @@ func requirePlans(t *testing.T, b *testBundle, query, execute, want string, avoi
 	_, err = conn.Exec(ctx, `PREPARE q AS `+query)
 	require.NoError(t, err)
 	defer conn.Exec(ctx, `DEALLOCATE q`) //nolint:errcheck
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+	for _, mode := range modes {
 		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
 		require.NoError(t, err)
 		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE q`+execute)
@@ -80,5 +87,16 @@ FROM billing.periods p`)
 		now := ledgertest.ClockStart.Format(time.RFC3339)
 		requirePlans(t, b, ledger.UsageEventInsertOpenSQL, fmt.Sprintf(`('cust-0042', 'e1', '2026-11', 100, '', NULL, NULL,
   '{}', '%s', '%s', '\x%s')`, now, now, strings.Repeat("00", 32)), "periods_pkey", "periods_open_closes_at_idx")
+	})
+
+	t.Run("UsageEventsInsertOpen", func(t *testing.T) {
+		// A group of single events finds each period by its key too. It
+		// runs planFresh: a generic plan, made for any number of events,
+		// scans the periods.
+		now := ledgertest.ClockStart.Format(time.RFC3339)
+		hash := `\x` + strings.Repeat("00", 32)
+		requirePlansIn(t, b, []string{"force_custom_plan"}, ledger.UsageEventsInsertOpenSQL, fmt.Sprintf(`('{cust-0042,cust-0043}', '{e1,e2}',
+  '{2026-11,2026-11}', '{100,200}', '{"",""}', '{NULL,NULL}', '{NULL,NULL}', '{"{}","{}"}', '{%s,%s}', '%s',
+  '{%s,%s}')`, now, now, now, hash, hash), "periods_pkey", "periods_open_closes_at_idx", "Seq Scan on periods")
 	})
 }

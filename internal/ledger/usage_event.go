@@ -197,30 +197,20 @@ func checkAmountOrQuantity(fe fieldErrors, p UsageEventParams) string {
 // rules. It returns a *ValidationError, *ConflictError or
 // *UnpricedMetricError (not a BatchError) when the event is rejected.
 //
-// The common case — a new event for a period that is open — is one statement
-// and one round trip (usageEventInsertOpen). Everything else (the period's
-// first event, a replay, a conflict, a closed period, a currency mismatch, an
-// invalid event) takes the batch path, which explains it.
+// Concurrent calls share statements and commits (usage_event_group.go): a
+// call that finds a writer free is written at once, alone; the others wait
+// for the next group. The common case — a new event for a period that is
+// open — is one statement for the whole group (usageEventInsertOpen,
+// usageEventsInsertOpen); everything else (the period's first event, a
+// replay, a conflict, a closed period, a currency mismatch) takes the batch
+// path, which explains it, event by event. A call returns once the commit
+// that holds its event (or its answer) is done.
 func (l *Ledger) UsageEventRecord(ctx context.Context, p UsageEventParams) (*UsageEventResult, error) {
-	now := l.now()
-	if ev, err := l.prepare(p, now); err == nil {
-		inserted, err := usageEventInsertOpen(ctx, l.pool, now, ev)
-		switch {
-		case err != nil && !isRetryable(err):
-			return nil, err
-		case inserted != nil:
-			return &UsageEventResult{Event: inserted}, nil
-		}
-	}
-	results, err := l.UsageEventRecordBatch(ctx, []UsageEventParams{p})
-	var batchErr *BatchError
-	if errors.As(err, &batchErr) {
-		return nil, batchErr.Items[0]
-	}
+	ev, err := l.prepare(p, l.now())
 	if err != nil {
 		return nil, err
 	}
-	return results[0], nil
+	return l.recordGrouped(ctx, ev)
 }
 
 // UsageEventRecordBatch records events all-or-nothing in one transaction and
@@ -320,7 +310,10 @@ var errRollback = errors.New("rollback")
 //     create the period and its charge job when missing, and lock the
 //     period FOR KEY SHARE, requiring it open and in the event's currency;
 //  2. insert the events of open periods in (customer, event_id) order, in
-//     one statement, with ON CONFLICT DO NOTHING;
+//     one statement, with ON CONFLICT DO NOTHING: the statement a group of
+//     single events runs (usageEventsInsertOpen), which reads each event's
+//     period from its locked row, so the check that every event's period
+//     exists (a statement trigger) has nothing to do;
 //  3. look up every event not inserted — a conflict with a stored row or an
 //     earlier item, or one whose period refused it — and answer it as the
 //     stored event's replay or idempotency conflict when one is stored (an
@@ -368,7 +361,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *Tx, now time.Time, n int, eve
 
 	inserted := map[eventKey]*UsageEvent{}
 	if len(insert) > 0 {
-		if inserted, err = usageEventsInsert(ctx, tx, now, insert); err != nil {
+		if inserted, err = usageEventsInsertOpen(ctx, tx, now, insert); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -523,11 +516,61 @@ WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 	return m, nil
 }
 
-// usageEventsInsert inserts events, in their order, in one statement, and
-// returns those inserted; an event whose (customer, event_id) is already
-// taken (by a stored row, or by an earlier item) is left out. It runs
-// planFresh, so its plan always fits the table's size.
-func usageEventsInsert(ctx context.Context, tx *Tx, now time.Time, events []*preparedEvent) (map[eventKey]*UsageEvent, error) {
+// usageEventsInsertOpenSQL is usageEventInsertOpenSQL for many events: it
+// inserts, in one statement, every event whose period exists, is open and
+// before its close, and has the event's currency (or the event names none),
+// whose quantity (if any) the period's plan version prices, and whose
+// (customer, event_id) is new — the first of the statement's events with a
+// key, when several share it. Rows go in in (customer, event_id) order, as
+// recordTx's do, so two groups that share keys never deadlock each other. The periods are locked FOR KEY SHARE in
+// (customer, period) byte order, as periodsLockTx does, and looked up by
+// primary key; each inserted row comes from its period's locked row, so the
+// statement marks itself as usageEventInsertOpenSQL does (migration 00018).
+const usageEventsInsertOpenSQL = `
+WITH e AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+                       $8::text[], $9::timestamptz[], $11::bytea[])
+       WITH ORDINALITY AS e (customer_id, event_id, period, amount_cents, currency, quantity, metric,
+                             properties, occurred_at, payload_hash, n)
+), p AS MATERIALIZED (
+  SELECT p.customer_id, p.period, p.currency, p.status, p.closes_at, p.plan_id, p.plan_version,
+         set_config('tally.event_period_held', pg_current_xact_id()::text || '@' || statement_timestamp()::text, true)
+  FROM (SELECT DISTINCT customer_id, period FROM e) k
+  JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
+  ORDER BY p.customer_id COLLATE "C", p.period COLLATE "C"
+  FOR KEY SHARE OF p
+)
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
+                                  metric, properties, occurred_at, received_at, payload_hash)
+SELECT e.customer_id, e.event_id, e.period, e.amount_cents, p.currency, e.quantity::numeric, e.metric,
+       e.properties::jsonb, e.occurred_at, $10, e.payload_hash
+FROM e JOIN p ON p.customer_id = e.customer_id AND p.period = e.period
+WHERE p.status = 'open' AND p.closes_at > $10 AND (e.currency = '' OR e.currency = p.currency)
+  AND (e.quantity IS NULL OR EXISTS (SELECT 1 FROM billing.plan_prices pp
+                                     WHERE pp.plan_id = p.plan_id AND pp.version = p.plan_version AND pp.metric = e.metric))
+ORDER BY e.customer_id COLLATE "C", e.event_id COLLATE "C", e.n
+ON CONFLICT (customer_id, event_id) DO NOTHING
+RETURNING ` + insertedColumns
+
+// usageEventsInsertOpen records events in one statement
+// (usageEventsInsertOpenSQL) and returns those it inserted by key; the
+// caller finds out why the others were not. A group of single events runs
+// it alone, its own transaction; a batch (recordTx) runs it once its
+// periods are created and locked and its refusals taken out, so it inserts
+// every event the batch does not find stored.
+func usageEventsInsertOpen(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, now time.Time, events []*preparedEvent,
+) (map[eventKey]*UsageEvent, error) {
+	rows, err := db.Query(ctx, usageEventsInsertOpenSQL, eventArgs(events, now)...)
+	return readInserted(rows, err, events, now)
+}
+
+// eventArgs are the arguments of an insert of events from unnest: planFresh,
+// then $1 to $11: customers, event ids, periods, amounts, currencies (as
+// sent, "" for none), quantities, metrics, properties, occurrence times, now
+// and payload hashes.
+func eventArgs(events []*preparedEvent, now time.Time) []any {
 	n := len(events)
 	var (
 		customers, ids, periods, currencies, properties = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -537,29 +580,26 @@ func usageEventsInsert(ctx context.Context, tx *Tx, now time.Time, events []*pre
 		hashes                                          = make([][]byte, n)
 	)
 	for i, ev := range events {
-		customers[i], ids[i], periods[i], currencies[i] = ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.periodCurrency
+		customers[i], ids[i], periods[i], currencies[i] = ev.CustomerID, ev.EventID, ev.periodBound.Label, ev.Currency
 		amounts[i], quantities[i], metrics[i] = amountOrNull(ev), orNull(&ev.quantity), orNull(&ev.Metric)
 		properties[i], occurred[i], hashes[i] = string(ev.properties), ev.occurredAt, ev.hash
 	}
-	rows, err := tx.Query(ctx, `
-INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
-                                  metric, properties, occurred_at, received_at, payload_hash)
-SELECT customer_id, event_id, period, amount_cents, currency, quantity::numeric, metric, properties::jsonb,
-       occurred_at, $10, payload_hash
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-            $8::text[], $9::timestamptz[], $11::bytea[])
-     WITH ORDINALITY AS e (customer_id, event_id, period, amount_cents, currency, quantity, metric,
-                           properties, occurred_at, payload_hash, n)
-ORDER BY n
-ON CONFLICT (customer_id, event_id) DO NOTHING
-RETURNING customer_id, event_id, id, properties`, planFresh,
-		customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes)
+	return []any{planFresh, customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes}
+}
+
+// insertedColumns are what an insert of events returns: only what Postgres
+// made (the id, and the properties as jsonb writes them) and the currency
+// it stored, beside the key.
+const insertedColumns = `customer_id, event_id, id, currency, properties`
+
+// readInserted reads the rows of an insert of events (insertedColumns),
+// or returns its error, err: the inserted events by key. The row inserted
+// for a key is its first event in events (a later one conflicted with it).
+func readInserted(rows pgx.Rows, err error, events []*preparedEvent, now time.Time) (map[eventKey]*UsageEvent, error) {
+	n := len(events)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %d events: %w", n, err)
 	}
-	// The row inserted for a key is its first event in events (a later one
-	// conflicted with it); only what Postgres made (the id, and the
-	// properties as jsonb writes them) is read back.
 	first := make(map[eventKey]*preparedEvent, n)
 	for _, ev := range events {
 		if k := (eventKey{ev.CustomerID, ev.EventID}); first[k] == nil {
@@ -569,14 +609,15 @@ RETURNING customer_id, event_id, id, properties`, planFresh,
 	inserted := make(map[eventKey]*UsageEvent, n)
 	var k eventKey
 	var id int64
+	var currency string
 	var props json.RawMessage
-	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.eventID, &id, &props}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&k.customerID, &k.eventID, &id, &currency, &props}, func() error {
 		ev := first[k]
 		if ev == nil {
-			return fmt.Errorf("inserted %s/%s, which the batch does not hold", k.customerID, k.eventID)
+			return fmt.Errorf("inserted %s/%s, which the statement was not given", k.customerID, k.eventID)
 		}
 		e := &UsageEvent{ID: id, CustomerID: ev.CustomerID, EventID: ev.EventID, Period: ev.periodBound.Label,
-			AmountCents: ev.AmountCents, Currency: ev.periodCurrency,
+			AmountCents: ev.AmountCents, Currency: currency,
 			Properties: append(json.RawMessage(nil), props...), OccurredAt: ev.occurredAt, ReceivedAt: now}
 		if ev.Metric != "" {
 			metric := ev.Metric

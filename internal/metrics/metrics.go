@@ -39,6 +39,7 @@ type Metrics struct {
 	stripeDuration *prometheus.HistogramVec
 	transitions    *prometheus.CounterVec
 	roles          *prometheus.GaugeVec
+	ingestGroups   prometheus.Histogram
 }
 
 // New returns Metrics registered on a new registry with the Go runtime and
@@ -77,6 +78,11 @@ func New() *Metrics {
 			Name: "tally_charge_transitions_total",
 			Help: "Charge status changes committed by this replica, by from and to status (from=\"none\": the charge's creation).",
 		}, []string{"from", "to"}),
+		ingestGroups: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tally_ingest_group_events",
+			Help:    "Single events (POST /v1/usage-events) per shared statement and commit: 1 when an event found a writer free and went alone.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 		roles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tally_replica_role",
 			Help: "1 for each role this replica runs (api, worker) once it has started: the alerts TallyAPIDown and TallyWorkersDown fire when no replica exports a role.",
@@ -85,7 +91,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration, m.transitions, m.roles,
+		m.httpRequests, m.httpDuration, m.usageEvents, m.batchSize, m.stripeCalls, m.stripeDuration, m.transitions, m.roles, m.ingestGroups,
 	)
 	return m
 }
@@ -150,6 +156,14 @@ func (m *Metrics) ChargeTransition(from, to string) {
 		from = "none"
 	}
 	m.transitions.WithLabelValues(from, to).Inc()
+}
+
+// IngestGroup records the size of a group of single events written: the
+// ledger's Config.OnIngestGroup.
+func (m *Metrics) IngestGroup(events int) {
+	if m != nil {
+		m.ingestGroups.Observe(float64(events))
+	}
 }
 
 // RoleStarted exports tally_replica_role{role} = 1: this replica runs role
