@@ -1,30 +1,40 @@
 // Package bench is `make bench` (tools/bench): in one run against one
 // Postgres it measures raw baselines — what Postgres and River do with no
-// Tally in the way — and then Tally through real HTTP against real server
-// processes, and compares them as ratios measured in the same run (the
-// machine is noisy, so only ratios mean anything).
+// Tally in the way — and Tally through real HTTP against real server
+// processes, and compares them as ratios. The machine drifts, so a phase
+// and its baseline run in alternating windows (ABAB…, pairs.go), three
+// rounds, and a target's ratio is the median of the rounds' ratios.
 //
-// The phases, in order:
+// The rotations, in order:
 //
-//	raw_sql            clients × (one event row + one river_job-shaped outbox row per
-//	                   transaction: BEGIN, 2 INSERTs, COMMIT), on copies of Tally's tables
-//	raw_sql_pipelined  the same, the two INSERTs pipelined in one round trip (pgx.Batch)
-//	raw_copy           2 writers × CopyFrom of 1,000 event rows per transaction
-//	river_noop         an in-process River client with a no-op worker: N jobs inserted,
-//	                   then worked by Workers workers
-//	ingest_spread      a fresh database and server (TALLY_ROLES=api); clients post single
-//	                   events spread over the customers
-//	ingest_rollups     the same server, every customer with three usage thresholds: the
-//	                   load of ingest_spread in 3 pairs of windows, with no worker replica
-//	                   (ingest_rollups_off), then with one rolling usage up every 2 s
-//	usage_query        a fresh database and server (api,worker): one customer-period of
-//	                   LoadEvents events, rolled up; GET /v1/customers/{id}/usage, one client
-//	ingest_hot         the same server; every client posts to one customer
-//	ingest_batch       the same server; 2 clients post batches of 1,000 events
-//	ingest_after_load  the same server, never restarted: LoadEvents loaded through the
-//	                   batch API, then ingest_spread again
-//	charges            a fresh database, the Stripe simulator and a server with
-//	                   TALLY_ROLES=api,worker: N periods closing at the same moment
+//	raw_sql, raw_sql_pipelined, ingest_spread, ingest_hot
+//	    raw_sql: clients × (one event row + one river_job-shaped outbox row per
+//	    transaction: BEGIN, 2 INSERTs, COMMIT) on copies of Tally's tables;
+//	    pipelined: the two INSERTs in one round trip (pgx.Batch); then a
+//	    server (TALLY_ROLES=api) on a fresh database: clients post single
+//	    events spread over the customers, then all to one customer (hot)
+//	ingest_serial_ungrouped, ingest_serial
+//	    one client posting single events, to a server that writes every event
+//	    alone (TALLY_INGEST_GROUP_MAX=1), then to the grouping one
+//	ingest_rollups_off, ingest_rollups
+//	    every customer with three usage thresholds, a worker replica not
+//	    rolling up, then one rolling usage up every 2 s
+//	raw_copy, ingest_batch
+//	    2 writers × CopyFrom of 1,000 event rows, then 2 clients posting
+//	    batches of 1,000 events
+//	raw_sql_after_load, ingest_after_load
+//	    once LoadEvents are loaded through the batch API (same server, never
+//	    restarted), raw_sql and ingest_spread again: judged as the ratio of
+//	    their ratio to ingest_spread's to raw_sql
+//	usage_query
+//	    a fresh database and server (api,worker): one customer-period of
+//	    LoadEvents events, rolled up; GET /v1/customers/{id}/usage, one client
+//	river_noop, charges
+//	    an in-process River client with a no-op worker working N jobs, then
+//	    on a fresh database, the Stripe simulator and a server with
+//	    TALLY_ROLES=api,worker: N periods closing at the same moment
+//	closes, closes_credits
+//	    periods closed through the API without credits, then with two grants
 //
 // Every run creates its own databases (tally_bench_<hex>_…) and drops them
 // at the end; the servers are the binaries of the repository, built into a
@@ -66,10 +76,20 @@ const (
 	// within it (not a phase of its own: --only ingest_rollups).
 	PhaseIngestRollupsOff = "ingest_rollups_off"
 	PhaseIngestHot        = "ingest_hot"
-	PhaseIngestBatch      = "ingest_batch"
-	PhaseIngestAfterLoad  = "ingest_after_load"
-	PhaseUsageQuery       = "usage_query"
-	PhaseCharges          = "charges"
+
+	// PhaseIngestSerialAlone is ingest_serial's paired baseline, measured
+	// within it: a server that writes every single event alone
+	// (TALLY_INGEST_GROUP_MAX=1).
+	PhaseIngestSerialAlone = "ingest_serial_ungrouped"
+	PhaseIngestSerial      = "ingest_serial"
+	PhaseIngestBatch       = "ingest_batch"
+
+	// PhaseRawSQLAfterLoad is raw_sql again, in the windows between
+	// ingest_after_load's (not a phase of its own).
+	PhaseRawSQLAfterLoad = "raw_sql_after_load"
+	PhaseIngestAfterLoad = "ingest_after_load"
+	PhaseUsageQuery      = "usage_query"
+	PhaseCharges         = "charges"
 
 	// PhaseCloses is closes_credits' paired baseline, measured within it
 	// (not a phase of its own: --only closes_credits).
@@ -79,9 +99,16 @@ const (
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
-	PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop,
-	PhaseIngestSpread, PhaseIngestRollupsOff, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad,
-	PhaseUsageQuery, PhaseCharges, PhaseCloses, PhaseClosesCredits,
+	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot,
+	PhaseIngestSerialAlone, PhaseIngestSerial, PhaseIngestRollupsOff, PhaseIngestRollups,
+	PhaseRawCopy, PhaseIngestBatch, PhaseRawSQLAfterLoad, PhaseIngestAfterLoad,
+	PhaseUsageQuery, PhaseRiverNoop, PhaseCharges, PhaseCloses, PhaseClosesCredits,
+}
+
+// ingestPhases are the phases the ingest step measures.
+var ingestPhases = []string{
+	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot, PhaseIngestSerial, PhaseIngestRollups,
+	PhaseRawCopy, PhaseIngestBatch, PhaseIngestAfterLoad,
 }
 
 // Fixed shapes of the workload.
@@ -205,6 +232,7 @@ type run struct {
 	binDir    string
 	logDir    string
 	databases []string // created, dropped at the end
+	baseURL   string   // the baselines' database, once created (baseDatabase)
 	mem       memory
 	report    *Report
 }
@@ -251,8 +279,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	r.report.Header = header
 
-	if cfg.runsAny(PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad, PhaseUsageQuery, PhaseCharges,
-		PhaseClosesCredits) {
+	if len(cfg.Only) != 1 || cfg.Only[0] != PhaseRiverNoop { // every other phase runs a server, or pairs with one
 		r.logf("building server, stripesim, billingctl and migrate from %s", cfg.serverRepo())
 		var err error
 		if r.binDir, err = proc.Commands(ctx, cfg.serverRepo()); err != nil {
@@ -263,10 +290,9 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		phases []string
 		do     func(context.Context) error
 	}{
-		{[]string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseRawCopy, PhaseRiverNoop}, r.baselines},
-		{[]string{PhaseIngestSpread, PhaseIngestRollups, PhaseIngestHot, PhaseIngestBatch, PhaseIngestAfterLoad}, r.ingest},
+		{ingestPhases, r.ingest},
 		{[]string{PhaseUsageQuery}, r.usageQuery},
-		{[]string{PhaseCharges}, r.charges},
+		{[]string{PhaseRiverNoop, PhaseCharges}, r.charges},
 		{[]string{PhaseClosesCredits}, r.closes},
 	}
 	for _, s := range steps {

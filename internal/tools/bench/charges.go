@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,12 +37,67 @@ const (
 // charges succeeded, and that the simulator holds exactly that many
 // succeeded PaymentIntents.
 func (r *run) charges(ctx context.Context) error {
-	return r.phases(step{PhaseCharges, func() (*Result, error) { return r.chargesRun(ctx) }})
+	baseURL, err := r.baseDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	r.logf("%s, %s: %d rounds, %d jobs or charges each", PhaseRiverNoop, PhaseCharges, r.rounds(), r.cfg.Charges)
+	var noop, charges []*Result
+	for round := range r.rounds() {
+		if err := r.checkpoint(ctx); err != nil {
+			return err
+		}
+		res, err := r.riverNoop(ctx, baseURL)
+		if err != nil {
+			return r.record(res, err)
+		}
+		noop = append(noop, res)
+		if !r.cfg.runs(PhaseCharges) {
+			continue
+		}
+		if err := r.checkpoint(ctx); err != nil {
+			return err
+		}
+		if res, err = r.chargesRun(ctx, round); err != nil {
+			return r.record(res, err)
+		}
+		charges = append(charges, res)
+	}
+	note := fmt.Sprintf("; %d rounds alternating %s and %s", r.rounds(), PhaseRiverNoop, PhaseCharges)
+	if err := r.record(mergeResults(noop, note), nil); err != nil {
+		return err
+	}
+	if len(charges) == 0 {
+		return nil
+	}
+	if err := r.record(mergeResults(charges, note), nil); err != nil {
+		return err
+	}
+	ratios := make([]float64, len(charges))
+	for i := range charges {
+		ratios[i] = charges[i].Rate() / noop[i].Rate()
+	}
+	r.pairRatios(PhaseCharges, PhaseRiverNoop, ratios)
+	return nil
 }
 
-func (r *run) chargesRun(ctx context.Context) (*Result, error) {
+// mergeResults adds up results of one phase measured in several windows;
+// the note is the last one's, with more appended.
+func mergeResults(results []*Result, more string) *Result {
+	m := *results[len(results)-1]
+	m.Count, m.Calls, m.Elapsed = 0, 0, 0
+	for _, res := range results {
+		m.Count += res.Count
+		m.Calls += res.Calls
+		m.Elapsed += res.Elapsed
+	}
+	m.Note += more
+	return &m
+}
+
+func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 	n := r.cfg.Charges
-	dbURL, key, err := r.tallyDatabase(ctx, "charges")
+	dbURL, key, err := r.tallyDatabase(ctx, "charges"+strconv.Itoa(round))
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +111,7 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	// server that creates the periods fixes their close time.
 	customers := customerIDs(n)
 	t0 := time.Now()
-	setup, err := r.startServer(ctx, "api-charges-setup", dbURL, "TALLY_ROLES=api")
+	setup, err := r.startServer(ctx, fmt.Sprintf("api-charges-setup-%d", round), dbURL, "TALLY_ROLES=api")
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +134,7 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	closeAt := prevEnd.Add(grace)
 	r.logf("%s: periods of %s close at %s (grace %s)", PhaseCharges, prevEnd.Add(-time.Hour).Format("2006-01-02T15"),
 		closeAt.Format("15:04:05.000"), grace)
-	srv, err := r.startServer(ctx, "charges", dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
+	srv, err := r.startServer(ctx, fmt.Sprintf("charges-%d", round), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
 		"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
 	if err != nil {
 		return nil, err
@@ -86,7 +142,7 @@ func (r *run) chargesRun(ctx context.Context) (*Result, error) {
 	defer srv.stop()
 	for i := 1; i < r.cfg.WorkerReplicas; i++ {
 		// api,worker so that /readyz answers; nothing posts to its API.
-		w, err := r.startServer(ctx, fmt.Sprintf("charges-%d", i+1), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
+		w, err := r.startServer(ctx, fmt.Sprintf("charges-%d-%d", round, i+1), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
 			"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
 		if err != nil {
 			return nil, err

@@ -91,6 +91,7 @@ func (r *run) closesRun(ctx context.Context) (*Result, error) {
 				"%d clients closing periods of %d pre-priced events through the API, %s; %d windows of %d interleaved with the other side",
 				r.cfg.Clients, closesEvents, with, closesRounds, perWindow)}
 	}
+	r.pair(PhaseClosesCredits, PhaseCloses, on, off)
 	if err := r.record(result(PhaseCloses, mergeLoops(off), "no credits"), nil); err != nil {
 		return nil, err
 	}

@@ -122,10 +122,15 @@ func (r *run) openPeriods(ctx context.Context, api *apiClient, customers []strin
 		r.cfg.Clients, len(customers), formatRate(lr.rate())), nil
 }
 
-// ingest runs the ingest phases against one server (TALLY_ROLES=api)
+// ingest runs the ingest rotations against one server (TALLY_ROLES=api)
 // started on a fresh database whose events table is empty, never restarted
-// between them.
+// between them, and the raw baselines in the baselines' database, in
+// alternating windows.
 func (r *run) ingest(ctx context.Context) error {
+	baseURL, err := r.baseDatabase(ctx)
+	if err != nil {
+		return err
+	}
 	dbURL, key, err := r.tallyDatabase(ctx, "ingest")
 	if err != nil {
 		return err
@@ -146,28 +151,211 @@ func (r *run) ingest(ctx context.Context) error {
 		return err
 	}
 
-	return r.phases(
-		step{PhaseIngestSpread, func() (*Result, error) {
-			return r.ingestSingles(ctx, api, PhaseIngestSpread, "sp", customers, spreadNote)
-		}},
-		step{PhaseIngestRollups, func() (*Result, error) {
-			return r.ingestRollups(ctx, api, dbURL, customers)
-		}},
-		step{PhaseIngestHot, func() (*Result, error) {
-			return r.ingestSingles(ctx, api, PhaseIngestHot, "hot", customers[:1], "")
-		}},
-		step{PhaseIngestBatch, func() (*Result, error) { return r.ingestBatch(ctx, api, customers) }},
-		step{PhaseIngestAfterLoad, func() (*Result, error) {
-			note, err := r.load(ctx, api, customers)
-			if err != nil {
-				return nil, err
+	if r.cfg.runsAny(PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot) {
+		if err := r.singlesRotation(ctx, api, baseURL, customers, spreadNote); err != nil {
+			return err
+		}
+	}
+	if r.cfg.runs(PhaseIngestSerial) {
+		if err := r.serialRotation(ctx, api, dbURL, customers); err != nil {
+			return err
+		}
+	}
+	if err := r.phases(step{PhaseIngestRollups, func() (*Result, error) {
+		return r.ingestRollups(ctx, api, dbURL, customers)
+	}}); err != nil {
+		return err
+	}
+	if r.cfg.runsAny(PhaseRawCopy, PhaseIngestBatch) {
+		if err := r.batchRotation(ctx, api, baseURL, customers); err != nil {
+			return err
+		}
+	}
+	if r.cfg.runs(PhaseIngestAfterLoad) {
+		return r.afterLoadRotation(ctx, api, baseURL, customers)
+	}
+	return nil
+}
+
+// recordRotation records a rotation's outcome: its failure (err), or each
+// phase's windows merged into its result, noted with notes[phase].
+func (r *run) recordRotation(windows map[string][]loopResult, err error, notes map[string]string) error {
+	if err != nil {
+		return r.record(nil, err)
+	}
+	for _, phase := range Phases {
+		if lrs, ok := windows[phase]; ok {
+			if err := r.record(loopsResult(phase, mergeLoops(lrs), notes[phase]), nil); err != nil {
+				return err
 			}
-			if err := r.checkpoint(ctx); err != nil {
-				return nil, err
-			}
-			return r.ingestSingles(ctx, api, PhaseIngestAfterLoad, "al", customers, note)
+		}
+	}
+	return nil
+}
+
+// rotationNote is the note of a phase measured in a rotation.
+func (r *run) rotationNote(note string, members ...string) string {
+	return fmt.Sprintf("%s; %d window(s) of %s each in rotation (%s)", note, r.rounds(), r.cfg.Duration, strings.Join(members, ", "))
+}
+
+// singlesRotation measures raw_sql, raw_sql_pipelined, ingest_spread and
+// ingest_hot in turn, round after round.
+func (r *run) singlesRotation(ctx context.Context, api *apiClient, baseURL string, customers []string, spreadNote string) error {
+	conns, err := connectEach(ctx, baseURL, r.cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	names := []string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot}
+	r.logf("%s: %d rounds of %s windows, %d clients", strings.Join(names, ", "), r.rounds(), r.cfg.Duration, r.cfg.Clients)
+	raw := func(phase string, pipelined bool) member {
+		return member{phase, func(round int) (loopResult, error) {
+			lr := r.rawSQLWindow(ctx, conns, pipelined, phase+strconv.Itoa(round))
+			return lr, loopError(phase, lr)
+		}}
+	}
+	singles := func(phase, prefix string, customers []string) member {
+		return member{phase, func(round int) (loopResult, error) {
+			lr := r.singlesLoop(ctx, api, r.cfg.Clients, prefix+strconv.Itoa(round), customers, r.cfg.Duration)
+			return lr, loopError(phase, lr)
+		}}
+	}
+	windows, err := r.rotate(r.rounds(), raw(PhaseRawSQL, false), raw(PhaseRawSQLPipelined, true),
+		singles(PhaseIngestSpread, "sp", customers), singles(PhaseIngestHot, "hot", customers[:1]))
+	err = r.recordRotation(windows, err, map[string]string{
+		PhaseRawSQL:          r.rotationNote(rawSQLNote, names...),
+		PhaseRawSQLPipelined: r.rotationNote(rawSQLPipelinedNote, names...),
+		PhaseIngestSpread:    r.rotationNote(spreadNote, names...),
+		PhaseIngestHot:       r.rotationNote(fmt.Sprintf("%d clients, single events to 1 customer", r.cfg.Clients), names...),
+	})
+	if err != nil || windows == nil {
+		return err
+	}
+	r.pair(PhaseIngestSpread, PhaseRawSQL, windows[PhaseIngestSpread], windows[PhaseRawSQL])
+	r.pair(PhaseIngestSpread, PhaseRawSQLPipelined, windows[PhaseIngestSpread], windows[PhaseRawSQLPipelined])
+	r.pair(PhaseIngestHot, PhaseIngestSpread, windows[PhaseIngestHot], windows[PhaseIngestSpread])
+	return nil
+}
+
+// serialRotation measures one client posting single events to a second
+// server on the same database that writes every event alone
+// (TALLY_INGEST_GROUP_MAX=1, ingest_serial_ungrouped), then to the
+// grouping server (ingest_serial), round after round: a lone client must
+// not wait for a group.
+func (r *run) serialRotation(ctx context.Context, api *apiClient, dbURL string, customers []string) error {
+	alone, err := r.startServer(ctx, "api-ungrouped", dbURL, "TALLY_ROLES=api", "TALLY_INGEST_GROUP_MAX=1")
+	if err != nil {
+		return err
+	}
+	defer alone.stop()
+	aloneAPI := newAPIClient(alone.url, api.key, 1)
+	defer aloneAPI.close()
+	names := []string{PhaseIngestSerialAlone, PhaseIngestSerial}
+	r.logf("%s: %d rounds of %s windows, 1 client", strings.Join(names, ", "), r.rounds(), r.cfg.Duration)
+	serial := func(phase, prefix string, api *apiClient) member {
+		return member{phase, func(round int) (loopResult, error) {
+			lr := r.singlesLoop(ctx, api, 1, prefix+strconv.Itoa(round), customers, r.cfg.Duration)
+			return lr, loopError(phase, lr)
+		}}
+	}
+	windows, err := r.rotate(r.rounds(), serial(PhaseIngestSerialAlone, "su", aloneAPI), serial(PhaseIngestSerial, "sg", api))
+	err = r.recordRotation(windows, err, map[string]string{
+		PhaseIngestSerialAlone: r.rotationNote("1 client, single events, a server writing each alone (TALLY_INGEST_GROUP_MAX=1)", names...),
+		PhaseIngestSerial:      r.rotationNote("1 client, single events, the grouping server", names...),
+	})
+	if err != nil || windows == nil {
+		return err
+	}
+	var ratios []float64
+	for i, g := range windows[PhaseIngestSerial] {
+		if u := windows[PhaseIngestSerialAlone][i]; len(u.latencies) > 0 && len(g.latencies) > 0 {
+			ratios = append(ratios, float64(percentile(g.latencies, 0.5))/float64(percentile(u.latencies, 0.5)))
+		}
+	}
+	r.pairRatios(PhaseIngestSerial+" p50", PhaseIngestSerialAlone, ratios)
+	return nil
+}
+
+// batchRotation measures raw_copy and ingest_batch in turn, round after
+// round.
+func (r *run) batchRotation(ctx context.Context, api *apiClient, baseURL string, customers []string) error {
+	conns, err := connectEach(ctx, baseURL, copyWriters)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	names := []string{PhaseRawCopy, PhaseIngestBatch}
+	r.logf("%s: %d rounds of %s windows, %d clients, %d events a call", strings.Join(names, ", "), r.rounds(), r.cfg.Duration,
+		copyWriters, batchSize)
+	rnds := clientRands(copyWriters, 4)
+	windows, err := r.rotate(r.rounds(),
+		member{PhaseRawCopy, func(round int) (loopResult, error) {
+			lr := r.rawCopyWindow(ctx, conns, "copy"+strconv.Itoa(round))
+			return lr, loopError(PhaseRawCopy, lr)
 		}},
-	)
+		member{PhaseIngestBatch, func(round int) (loopResult, error) {
+			lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+				return batchSize, api.do(ctx, http.MethodPost, pathBatch,
+					randomBatch(rnds[c], customers, eventID("b"+strconv.Itoa(round), c, seq), batchSize))
+			})
+			return lr, loopError(PhaseIngestBatch, lr)
+		}})
+	err = r.recordRotation(windows, err, map[string]string{
+		PhaseRawCopy:     r.rotationNote(fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize), names...),
+		PhaseIngestBatch: r.rotationNote(fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize), names...),
+	})
+	if err != nil || windows == nil {
+		return err
+	}
+	r.pair(PhaseIngestBatch, PhaseRawCopy, windows[PhaseIngestBatch], windows[PhaseRawCopy])
+	return nil
+}
+
+// afterLoadRotation loads LoadEvents events through the batch API, then
+// measures raw_sql and ingest_spread again in turn (raw_sql_after_load,
+// ingest_after_load), round after round. ingest_after_load is judged
+// against ingest_spread through raw_sql: each round's ratio to raw_sql,
+// over the median ratio of ingest_spread to raw_sql before the load.
+func (r *run) afterLoadRotation(ctx context.Context, api *apiClient, baseURL string, customers []string) error {
+	note, err := r.load(ctx, api, customers)
+	if err != nil {
+		return r.record(nil, err)
+	}
+	conns, err := connectEach(ctx, baseURL, r.cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	names := []string{PhaseRawSQLAfterLoad, PhaseIngestAfterLoad}
+	windows, err := r.rotate(r.rounds(),
+		member{PhaseRawSQLAfterLoad, func(round int) (loopResult, error) {
+			lr := r.rawSQLWindow(ctx, conns, false, "rawal"+strconv.Itoa(round))
+			return lr, loopError(PhaseRawSQLAfterLoad, lr)
+		}},
+		member{PhaseIngestAfterLoad, func(round int) (loopResult, error) {
+			lr := r.singlesLoop(ctx, api, r.cfg.Clients, "al"+strconv.Itoa(round), customers, r.cfg.Duration)
+			return lr, loopError(PhaseIngestAfterLoad, lr)
+		}})
+	err = r.recordRotation(windows, err, map[string]string{
+		PhaseRawSQLAfterLoad: r.rotationNote(rawSQLNote+", "+note, names...),
+		PhaseIngestAfterLoad: r.rotationNote(fmt.Sprintf("%d clients, single events, %s", r.cfg.Clients, note), names...),
+	})
+	if err != nil || windows == nil {
+		return err
+	}
+	before := r.report.Pairs[pairKey(PhaseIngestSpread, PhaseRawSQL)]
+	if len(before) == 0 {
+		return nil // ingest_spread not measured: nothing to judge against
+	}
+	spread := median(before)
+	var ratios []float64
+	for i, al := range windows[PhaseIngestAfterLoad] {
+		if raw := windows[PhaseRawSQLAfterLoad][i].rate(); raw > 0 {
+			ratios = append(ratios, al.rate()/raw/spread)
+		}
+	}
+	r.pairRatios(PhaseIngestAfterLoad, PhaseIngestSpread, ratios)
+	return nil
 }
 
 // thresholdsBench are the usage thresholds every customer gets in
@@ -233,6 +421,7 @@ func (r *run) ingestRollups(ctx context.Context, api *apiClient, dbURL string, c
 		return fmt.Sprintf("%d clients, single events over %d customers with thresholds %s cents, %s; %d windows of %s interleaved with the other side",
 			r.cfg.Clients, len(customers), thresholdsBench, with, rounds, window)
 	}
+	r.pair(PhaseIngestRollups, PhaseIngestRollupsOff, on, off)
 	offRes := loopsResult(PhaseIngestRollupsOff, mergeLoops(off), note("a worker not rolling up"))
 	if err := r.record(offRes, nil); err != nil {
 		return nil, err
@@ -271,7 +460,7 @@ func (r *run) rollupWindow(ctx context.Context, api *apiClient, conn *pgx.Conn, 
 	if err := r.checkpoint(ctx); err != nil {
 		return loopResult{}, err
 	}
-	lr := r.singlesLoop(ctx, api, prefix, customers, r.cfg.Duration)
+	lr := r.singlesLoop(ctx, api, r.cfg.Clients, prefix, customers, r.cfg.Duration)
 	return lr, loopError(PhaseIngestRollups, lr)
 }
 
@@ -313,11 +502,11 @@ func rollupCaughtUp(ctx context.Context, conn *pgx.Conn, bound time.Duration) er
 	}
 }
 
-// singlesLoop posts single events from Clients clients for d, each to a
+// singlesLoop posts single events from clients clients for d, each to a
 // customer drawn at random from customers, with ids prefix-client-seq.
-func (r *run) singlesLoop(ctx context.Context, api *apiClient, prefix string, customers []string, d time.Duration) loopResult {
-	rnds := clientRands(r.cfg.Clients, 3)
-	return closedLoop(ctx, r.cfg.Clients, d, 0, func(ctx context.Context, c, seq int) (int, error) {
+func (r *run) singlesLoop(ctx context.Context, api *apiClient, clients int, prefix string, customers []string, d time.Duration) loopResult {
+	rnds := clientRands(clients, 3)
+	return closedLoop(ctx, clients, d, 0, func(ctx context.Context, c, seq int) (int, error) {
 		ev := event{customer: customers[rnds[c].IntN(len(customers))], id: eventID(prefix, c, seq),
 			amount: 1 + rnds[c].Int64N(1000)}
 		return 1, api.do(ctx, http.MethodPost, pathEvent, appendEvent(make([]byte, 0, 128), ev))
@@ -345,29 +534,6 @@ func mergeLoops(loops []loopResult) loopResult {
 func loopsResult(phase string, lr loopResult, note string) *Result {
 	return &Result{Phase: phase, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
 		Latency: newLatency(lr.latencies), Note: note}
-}
-
-// ingestSingles posts single events from Clients clients for Duration, each
-// to a customer drawn at random from customers.
-func (r *run) ingestSingles(ctx context.Context, api *apiClient, phase, prefix string, customers []string, note string) (*Result, error) {
-	r.logf("%s: %d clients posting single events over %d customer(s) for %s", phase, r.cfg.Clients, len(customers), r.cfg.Duration)
-	lr := r.singlesLoop(ctx, api, prefix, customers, r.cfg.Duration)
-	if note == "" {
-		note = fmt.Sprintf("%d clients, single events over %d customer(s)", r.cfg.Clients, len(customers))
-	}
-	return loopsResult(phase, lr, note), loopError(phase, lr)
-}
-
-// ingestBatch posts batches of batchSize events spread over the customers
-// from copyWriters clients for Duration.
-func (r *run) ingestBatch(ctx context.Context, api *apiClient, customers []string) (*Result, error) {
-	r.logf("%s: %d clients posting batches of %d for %s", PhaseIngestBatch, copyWriters, batchSize, r.cfg.Duration)
-	rnds := clientRands(copyWriters, 4)
-	lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
-		return batchSize, api.do(ctx, http.MethodPost, pathBatch, randomBatch(rnds[c], customers, eventID("b", c, seq), batchSize))
-	})
-	return &Result{Phase: PhaseIngestBatch, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
-		Latency: newLatency(lr.latencies), Note: fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize)}, loopError(PhaseIngestBatch, lr)
 }
 
 // load posts LoadEvents events through the batch API from loadClients

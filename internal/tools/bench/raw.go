@@ -42,28 +42,27 @@ const rawJobInsert = `
 INSERT INTO bench_raw.river_job (args, kind, max_attempts, priority, queue, state, scheduled_at, unique_key, unique_states)
 VALUES ($1, 'charge_period', 25, 1, 'charges', 'scheduled', $2, $3, B'11110101')`
 
-// baselines creates the baseline database and runs raw_sql, raw_copy and
-// river_noop in it.
-func (r *run) baselines(ctx context.Context) error {
+// baseDatabase creates, once, the baselines' database with the bench_raw
+// tables, and returns its URL.
+func (r *run) baseDatabase(ctx context.Context) (string, error) {
+	if r.baseURL != "" {
+		return r.baseURL, nil
+	}
 	dbURL, err := r.createDatabase(ctx, "base")
 	if err != nil {
-		return err
+		return "", err
 	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("error connecting to the baseline database: %w", err)
+		return "", fmt.Errorf("error connecting to the baseline database: %w", err)
 	}
 	_, err = conn.Exec(ctx, rawSchema)
 	_ = conn.Close(context.WithoutCancel(ctx))
 	if err != nil {
-		return fmt.Errorf("error creating the bench_raw tables: %w", err)
+		return "", fmt.Errorf("error creating the bench_raw tables: %w", err)
 	}
-	return r.phases(
-		step{PhaseRawSQL, func() (*Result, error) { return r.rawSQL(ctx, dbURL, false) }},
-		step{PhaseRawSQLPipelined, func() (*Result, error) { return r.rawSQL(ctx, dbURL, true) }},
-		step{PhaseRawCopy, func() (*Result, error) { return r.rawCopy(ctx, dbURL) }},
-		step{PhaseRiverNoop, func() (*Result, error) { return r.riverNoop(ctx, dbURL) }},
-	)
+	r.baseURL = dbURL
+	return dbURL, nil
 }
 
 // connectEach opens n connections to dbURL; close them with closeAll.
@@ -105,28 +104,25 @@ func customerIDs(n int) []string {
 	return ids
 }
 
-// rawSQL is the raw_sql phase: Clients connections, each transaction one
-// event row and one outbox row, events spread over the customers. The
-// transaction is BEGIN, two INSERTs and COMMIT (the baseline issue 11
-// measured), or, pipelined (raw_sql_pipelined), the two INSERTs sent as one
-// pgx.Batch: one round trip, one implicit transaction.
-func (r *run) rawSQL(ctx context.Context, dbURL string, pipelined bool) (*Result, error) {
-	phase, note := PhaseRawSQL, "1 event + 1 outbox row per transaction: BEGIN, 2 INSERTs, COMMIT"
-	if pipelined {
-		phase, note = PhaseRawSQLPipelined, "1 event + 1 outbox row per transaction, pipelined in one round trip"
-	}
-	r.logf("%s: %d clients for %s", phase, r.cfg.Clients, r.cfg.Duration)
-	conns, err := connectEach(ctx, dbURL, r.cfg.Clients)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(conns)
+// Notes of the raw phases.
+const (
+	rawSQLNote          = "1 event + 1 outbox row per transaction: BEGIN, 2 INSERTs, COMMIT"
+	rawSQLPipelinedNote = "1 event + 1 outbox row per transaction, pipelined in one round trip"
+)
+
+// rawSQLWindow is one window of raw_sql: a client per connection of conns,
+// each transaction one event row and one outbox row, events spread over
+// the customers, their ids starting with prefix. The transaction is BEGIN,
+// two INSERTs and COMMIT (the baseline issue 11 measured), or, pipelined
+// (raw_sql_pipelined), the two INSERTs sent as one pgx.Batch: one round
+// trip, one implicit transaction.
+func (r *run) rawSQLWindow(ctx context.Context, conns []*pgx.Conn, pipelined bool, prefix string) loopResult {
 	customers := customerIDs(r.cfg.Customers)
-	rnds := clientRands(r.cfg.Clients, 1)
+	rnds := clientRands(len(conns), 1)
 	period := time.Now().UTC().Format("2006-01")
-	lr := closedLoop(ctx, r.cfg.Clients, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+	return closedLoop(ctx, len(conns), r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
 		customer := customers[rnds[c].IntN(len(customers))]
-		eventID := phase + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(seq)
+		eventID := prefix + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(seq)
 		hash := sha256.Sum256([]byte(customer + "/" + eventID))
 		now := time.Now()
 		amount, args := 1+rnds[c].Int64N(1000), `{"customer_id":"`+customer+`","period":"`+period+`"}`
@@ -154,40 +150,31 @@ func (r *run) rawSQL(ctx context.Context, dbURL string, pipelined bool) (*Result
 		}
 		return 1, err
 	})
-	return &Result{Phase: phase, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
-		Latency: newLatency(lr.latencies), Note: note}, loopError(phase, lr)
 }
 
-// rawCopy is the raw_copy phase: copyWriters connections, each transaction
-// a CopyFrom of batchSize event rows.
-func (r *run) rawCopy(ctx context.Context, dbURL string) (*Result, error) {
-	r.logf("%s: %d writers × COPY of %d rows for %s", PhaseRawCopy, copyWriters, batchSize, r.cfg.Duration)
-	conns, err := connectEach(ctx, dbURL, copyWriters)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(conns)
+// rawCopyWindow is one window of raw_copy: a writer per connection of
+// conns, each transaction a CopyFrom of batchSize event rows, their ids
+// starting with prefix.
+func (r *run) rawCopyWindow(ctx context.Context, conns []*pgx.Conn, prefix string) loopResult {
 	customers := customerIDs(r.cfg.Customers)
-	rnds := clientRands(copyWriters, 2)
+	rnds := clientRands(len(conns), 2)
 	period := time.Now().UTC().Format("2006-01")
 	columns := []string{"customer_id", "event_id", "period", "amount_cents", "currency", "occurred_at", "received_at", "payload_hash"}
-	rows := make([][][]any, copyWriters) // each writer's rows, reused
+	rows := make([][][]any, len(conns)) // each writer's rows, reused
 	for i := range rows {
 		rows[i] = make([][]any, batchSize)
 	}
-	lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+	return closedLoop(ctx, len(conns), r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
 		now := time.Now()
 		for i := range rows[c] {
 			customer := customers[rnds[c].IntN(len(customers))]
-			eventID := "copy-" + strconv.Itoa(c) + "-" + strconv.Itoa(seq) + "-" + strconv.Itoa(i)
+			eventID := prefix + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(seq) + "-" + strconv.Itoa(i)
 			hash := sha256.Sum256([]byte(customer + "/" + eventID))
 			rows[c][i] = []any{customer, eventID, period, 1 + rnds[c].Int64N(1000), "usd", now, now, hash[:]}
 		}
 		n, err := conns[c].CopyFrom(ctx, pgx.Identifier{"bench_raw", "usage_events"}, columns, pgx.CopyFromRows(rows[c]))
 		return int(n), err
 	})
-	return &Result{Phase: PhaseRawCopy, Unit: "events/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
-		Latency: newLatency(lr.latencies), Note: fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize)}, loopError(PhaseRawCopy, lr)
 }
 
 // noopQueue is river_noop's own queue.
