@@ -90,13 +90,18 @@ FROM billing.periods p`)
 	})
 
 	t.Run("UsageEventsInsertOpen", func(t *testing.T) {
-		// A group of single events finds each period by its key too. It
-		// runs planFresh: a generic plan, made for any number of events,
-		// scans the periods.
+		// A group of single events (or a batch) finds each period by its
+		// key too: with a join, ten events over 500 periods made the
+		// planner hash the periods table.
 		now := ledgertest.ClockStart.Format(time.RFC3339)
-		hash := `\x` + strings.Repeat("00", 32)
-		requirePlansIn(t, b, []string{"force_custom_plan"}, ledger.UsageEventsInsertOpenSQL, fmt.Sprintf(`('{cust-0042,cust-0043}', '{e1,e2}',
-  '{2026-11,2026-11}', '{100,200}', '{"",""}', '{NULL,NULL}', '{NULL,NULL}', '{"{}","{}"}', '{%s,%s}', '%s',
-  '{%s,%s}')`, now, now, now, hash, hash), "periods_pkey", "periods_open_closes_at_idx", "Seq Scan on periods")
+		hash := `"\\x` + strings.Repeat("00", 32) + `"`
+		var customers, ids []string
+		for i := range 10 {
+			customers, ids = append(customers, fmt.Sprintf("cust-%04d", 40+i)), append(ids, fmt.Sprintf("e%d", i))
+		}
+		list := func(v string) string { return "'{" + strings.Repeat(v+",", 9) + v + "}'" }
+		requirePlans(t, b, ledger.UsageEventsInsertOpenSQL, fmt.Sprintf(`('{%s}', '{%s}', %s, %s, %s, %s, %s, %s, %s, '%s', %s)`,
+			strings.Join(customers, ","), strings.Join(ids, ","), list("2026-11"), list("100"), list(`""`), list("NULL"),
+			list("NULL"), list(`"{}"`), list(now), now, list(hash)), "periods_pkey", "periods_open_closes_at_idx", "Seq Scan on periods")
 	})
 }

@@ -522,10 +522,15 @@ WHERE (customer_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 // whose quantity (if any) the period's plan version prices, and whose
 // (customer, event_id) is new — the first of the statement's events with a
 // key, when several share it. Rows go in in (customer, event_id) order, as
-// recordTx's do, so two groups that share keys never deadlock each other. The periods are locked FOR KEY SHARE in
-// (customer, period) byte order, as periodsLockTx does, and looked up by
-// primary key; each inserted row comes from its period's locked row, so the
-// statement marks itself as usageEventInsertOpenSQL does (migration 00018).
+// recordTx's do, so two groups that share keys never deadlock each other.
+// The periods are locked FOR KEY SHARE in (customer, period) byte order, as
+// periodsLockTx does, each looked up by its primary key in a LATERAL
+// subquery: a join would let the planner hash the periods table (with ten
+// events and a thousand periods it did, custom plan or generic), and the
+// lookup by key keeps the plan an index scan per period under any
+// statistics, so the statement is prepared once (no planFresh). Each
+// inserted row comes from its period's locked row, so the statement marks
+// itself as usageEventInsertOpenSQL does (migration 00018).
 const usageEventsInsertOpenSQL = `
 WITH e AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
@@ -535,10 +540,10 @@ WITH e AS MATERIALIZED (
 ), p AS MATERIALIZED (
   SELECT p.customer_id, p.period, p.currency, p.status, p.closes_at, p.plan_id, p.plan_version,
          set_config('tally.event_period_held', pg_current_xact_id()::text || '@' || statement_timestamp()::text, true)
-  FROM (SELECT DISTINCT customer_id, period FROM e) k
-  JOIN billing.periods p ON p.customer_id = k.customer_id AND p.period = k.period
-  ORDER BY p.customer_id COLLATE "C", p.period COLLATE "C"
-  FOR KEY SHARE OF p
+  FROM (SELECT customer_id, period FROM e GROUP BY customer_id, period ORDER BY customer_id COLLATE "C", period COLLATE "C") k
+  CROSS JOIN LATERAL (SELECT * FROM billing.periods p
+                      WHERE p.customer_id = k.customer_id AND p.period = k.period
+                      FOR KEY SHARE) p
 )
 INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity,
                                   metric, properties, occurred_at, received_at, payload_hash)
@@ -566,8 +571,8 @@ func usageEventsInsertOpen(ctx context.Context, db interface {
 	return readInserted(rows, err, events, now)
 }
 
-// eventArgs are the arguments of an insert of events from unnest: planFresh,
-// then $1 to $11: customers, event ids, periods, amounts, currencies (as
+// eventArgs are the arguments of an insert of events from unnest, $1 to
+// $11: customers, event ids, periods, amounts, currencies (as
 // sent, "" for none), quantities, metrics, properties, occurrence times, now
 // and payload hashes.
 func eventArgs(events []*preparedEvent, now time.Time) []any {
@@ -584,7 +589,7 @@ func eventArgs(events []*preparedEvent, now time.Time) []any {
 		amounts[i], quantities[i], metrics[i] = amountOrNull(ev), orNull(&ev.quantity), orNull(&ev.Metric)
 		properties[i], occurred[i], hashes[i] = string(ev.properties), ev.occurredAt, ev.hash
 	}
-	return []any{planFresh, customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes}
+	return []any{customers, ids, periods, amounts, currencies, quantities, metrics, properties, occurred, now, hashes}
 }
 
 // insertedColumns are what an insert of events returns: only what Postgres
