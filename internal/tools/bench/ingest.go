@@ -185,7 +185,13 @@ func (r *run) recordRotation(windows map[string][]loopResult, err error, notes m
 	}
 	for _, phase := range Phases {
 		if lrs, ok := windows[phase]; ok {
-			if err := r.record(loopsResult(phase, mergeLoops(lrs), notes[phase]), nil); err != nil {
+			res := loopsResult(phase, mergeLoops(lrs), notes[phase])
+			for _, lr := range lrs {
+				if len(lr.latencies) > 0 {
+					res.WindowP99 = append(res.WindowP99, percentile(lr.latencies, 0.99))
+				}
+			}
+			if err := r.record(res, nil); err != nil {
 				return err
 			}
 		}

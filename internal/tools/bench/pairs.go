@@ -89,6 +89,15 @@ func median(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// medianDuration returns the median of v (not empty).
+func medianDuration(v []time.Duration) time.Duration {
+	f := make([]float64, len(v))
+	for i, d := range v {
+		f[i] = float64(d)
+	}
+	return time.Duration(median(f))
+}
+
 // pairCell is the ratio cell of a paired target: the median and, with more
 // than one pair, the spread.
 func pairCell(ratios []float64) string {

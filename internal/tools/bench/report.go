@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,10 @@ type Result struct {
 	Elapsed time.Duration // the time Count is divided by
 	Latency *Latency      // per call; nil where calls are not timed one by one
 	Note    string        // anything else worth knowing (where the time went)
+
+	// WindowP99 is the p99 of each window, in round order, when the phase
+	// was measured in a rotation (pairs.go).
+	WindowP99 []time.Duration
 }
 
 // Rate returns Count per second of Elapsed.
@@ -195,17 +200,28 @@ func (r *Report) judge() {
 		}
 		add(t, measured, ratio >= rt.min)
 		if i == 0 { // the latency target of ingest_spread follows its throughput
+			// Judged, as the ratios are, on the median of the windows (the
+			// p99 of each window): one window the machine spent elsewhere
+			// does not decide. The Tally cell is the p99 of every call.
 			spread, raw := r.Results[PhaseIngestSpread], r.Results[PhaseRawSQL]
 			t := Target{Name: PhaseIngestSpread + " p99", Tally: "—", Baseline: "—", Ratio: "—",
-				Want: "≤ " + ms(spreadP99Max)}
+				Want: "≤ " + ms(spreadP99Max) + " (median of the windows)"}
 			if spread != nil && spread.Latency != nil {
-				t.Tally = ms(spread.Latency.P99)
+				t.Tally = ms(spread.Latency.P99) + " (every call)"
 			}
 			if raw != nil && raw.Latency != nil {
 				t.Baseline = PhaseRawSQL + " " + ms(raw.Latency.P99)
 			}
 			measured := spread != nil && spread.Latency != nil
-			add(t, measured, measured && spread.Latency.P99 <= spreadP99Max)
+			p99 := time.Duration(0)
+			if measured {
+				p99 = spread.Latency.P99
+				if w := spread.WindowP99; len(w) > 0 {
+					p99 = medianDuration(w)
+					t.Ratio = fmt.Sprintf("%s (%s–%s, %d windows)", ms(p99), ms(slices.Min(w)), ms(slices.Max(w)), len(w))
+				}
+			}
+			add(t, measured, measured && p99 <= spreadP99Max)
 		}
 	}
 	uq := r.Results[PhaseUsageQuery]
