@@ -83,9 +83,23 @@ func (l *Ledger) recordGrouped(ctx context.Context, ev *preparedEvent) (*UsageEv
 
 // writeAndHandOff writes group, answers its calls, and then hands the
 // writer's place to the first queued call with the queue as its group, or
-// gives the place back.
+// gives the place back. It does so even when writing panics (the panic
+// goes on to the writing call's request): the other calls of the group are
+// answered with an error, and the place is never lost.
 func (l *Ledger) writeAndHandOff(ctx context.Context, group []*groupedEvent) {
+	defer l.handOff(group)
 	l.writeGroup(context.WithoutCancel(ctx), group)
+}
+
+// errGroupFailed answers the calls of a group whose writer panicked.
+var errGroupFailed = errors.New("error recording a group of usage events: its writer failed; nothing of the group is acknowledged")
+
+func (l *Ledger) handOff(group []*groupedEvent) {
+	for _, ge := range group {
+		if ge.res == nil && ge.err == nil {
+			ge.err = errGroupFailed
+		}
+	}
 	g := &l.groups
 	g.mu.Lock()
 	var next []*groupedEvent

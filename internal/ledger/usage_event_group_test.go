@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +53,18 @@ func lockPeriod(t *testing.T, b *testBundle, customer string) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// openBlocker opens the periods of acme and of customer "blocker", whose
+// period a test then locks, one event each.
+func openBlocker(t *testing.T, b *testBundle) {
+	t.Helper()
+	ctx := context.Background()
+	b.Customer(t, "blocker")
+	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "blocker", EventID: "open", AmountCents: 1})
+	require.NoError(t, err)
+	_, err = b.Ledger.UsageEventRecord(ctx, event("open", 1))
+	require.NoError(t, err)
 }
 
 // lockWaiter waits until a backend other than those in not waits for a
@@ -181,11 +194,7 @@ func TestIngestGroupKilled(t *testing.T) {
 	t.Parallel()
 	groups := &groupSizes{}
 	ctx, b := setup(t, setupOpts{ledger: ledger.Config{IngestWriters: 1, OnIngestGroup: groups.observe}})
-	b.Customer(t, "blocker")
-	_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "blocker", EventID: "open", AmountCents: 1})
-	require.NoError(t, err)
-	_, err = b.Ledger.UsageEventRecord(ctx, event("open", 1))
-	require.NoError(t, err)
+	openBlocker(t, b)
 
 	release := lockPeriod(t, b, "blocker")
 	all := map[string]<-chan answer{}
@@ -238,6 +247,62 @@ func TestIngestGroupKilled(t *testing.T) {
 
 	// Posted again, a failed event is new (created, not a replay).
 	res, err := b.Ledger.UsageEventRecord(ctx, event("doomed-1", 10))
+	require.NoError(t, err)
+	require.False(t, res.Replay)
+}
+
+// A writer that panics mid-group answers the rest of its group with an
+// error (none acknowledged, none stored) and gives its place on: the
+// events after it are written.
+func TestIngestGroupWriterPanics(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	panicking := func(n int) {
+		if calls.Add(1) == 4 { // the fourth group: the one queued behind the blocked writer
+			panic("injected")
+		}
+	}
+	ctx, b := setup(t, setupOpts{ledger: ledger.Config{IngestWriters: 1, OnIngestGroup: panicking}})
+	openBlocker(t, b)
+
+	release := lockPeriod(t, b, "blocker")
+	first := recordAsync(b, ledger.UsageEventParams{CustomerID: "blocker", EventID: "first", AmountCents: 1})
+	lockWaiter(t, b)
+	doomed := map[string]<-chan answer{}
+	panicked := make(chan any, 1)
+	for i := range 5 {
+		id := fmt.Sprintf("doomed-%d", i)
+		p := event(id, 10)
+		ch := make(chan answer, 1)
+		go func() {
+			defer func() {
+				if r := recover(); r != nil {
+					panicked <- r
+					ch <- answer{err: fmt.Errorf("panicked: %v", r)}
+				}
+			}()
+			res, err := b.Ledger.UsageEventRecord(context.Background(), p)
+			ch <- answer{res, err}
+		}()
+		doomed[id] = ch
+	}
+	waitQueued(t, b, 5)
+	release()
+	require.NoError(t, (<-first).err)
+	require.Equal(t, "injected", <-panicked, "the group's writer panicked")
+	for id, ch := range doomed {
+		var a answer
+		select {
+		case a = <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: never answered after its group's writer panicked", id)
+		}
+		require.Error(t, a.err, id)
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM billing.usage_events WHERE event_id = $1`, id), id)
+	}
+
+	// The writer's place was given back: events are written again.
+	res, err := b.Ledger.UsageEventRecord(ctx, event("after", 10))
 	require.NoError(t, err)
 	require.False(t, res.Replay)
 }
