@@ -202,7 +202,7 @@ func (l *Ledger) recordEach(ctx context.Context, events []*preparedEvent) ([]*Us
 		now := l.now()
 		var refused map[int]error
 		err := l.withTx(ctx, func(tx *Tx) error {
-			found, itemErrs, err := l.recordTx(ctx, tx, now, len(events), live)
+			found, itemErrs, err := l.recordTx(ctx, tx, now, len(events), live, false)
 			if err != nil {
 				return err
 			}

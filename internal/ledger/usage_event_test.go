@@ -440,6 +440,24 @@ func TestUsageEventRecordBatch(t *testing.T) {
 		require.Equal(t, int64(4), b.jobCount(t))
 	})
 
+	t.Run("StoredEventInBatchIsReplayed", func(t *testing.T) {
+		// The batch is first inserted as if every event were new; the
+		// stored one makes that fail, and the batch is recorded again with
+		// the insert that skips it: nothing of the first try remains.
+		t.Parallel()
+		ctx, b := setup(t, setupOpts{})
+		stored, err := b.Ledger.UsageEventRecord(ctx, event("e1", 100))
+		require.NoError(t, err)
+		res, err := b.Ledger.UsageEventRecordBatch(ctx, []ledger.UsageEventParams{event("e0", 50), event("e1", 100), event("e2", 70)})
+		require.NoError(t, err)
+		require.False(t, res[0].Replay)
+		require.True(t, res[1].Replay)
+		require.Equal(t, stored.Event.ID, res[1].Event.ID)
+		require.False(t, res[2].Replay)
+		require.Equal(t, int64(3), b.eventCount(t))
+		require.Equal(t, int64(220), b.Count(t, "SELECT sum(amount_cents) FROM billing.usage_events"))
+	})
+
 	t.Run("DuplicatesInsideBatchAreReplays", func(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t, setupOpts{})
