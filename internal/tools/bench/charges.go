@@ -117,7 +117,9 @@ func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 	}
 	startup := time.Since(t0)
 	api := newAPIClient(setup.url, key, r.cfg.Clients)
+	t1 := time.Now()
 	err = r.putCustomers(ctx, api, customers, "")
+	put := time.Since(t1) // how busy the machine is: posting the events takes about as long
 	api.close()
 	setup.stop()
 	if err != nil {
@@ -129,7 +131,7 @@ func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 	// at prevEnd + grace.
 	now := time.Now()
 	prevEnd := now.UTC().Truncate(time.Hour)
-	budget := 2*startup + 5*time.Second + time.Duration(n)*6*time.Millisecond
+	budget := 2*startup + 2*put + 5*time.Second + time.Duration(n)*6*time.Millisecond
 	grace := now.Add(budget).Sub(prevEnd).Round(time.Millisecond)
 	closeAt := prevEnd.Add(grace)
 	r.logf("%s: periods of %s close at %s (grace %s)", PhaseCharges, prevEnd.Add(-time.Hour).Format("2006-01-02T15"),
