@@ -22,7 +22,7 @@ import (
 //
 // Each call gets its own answer, after the commit that holds its event: a
 // replay, a conflict, a closed period or an unpriced metric is that event's
-// alone (groupWrite). A group whose statement or transaction fails fails
+// alone (writeGroup). A group whose statement or transaction fails fails
 // every call in it, and none of them is acknowledged.
 
 // IngestGroupMaxDefault is Config.IngestGroupMax's default: how many single
@@ -139,10 +139,7 @@ func (l *Ledger) writeGroup(ctx context.Context, group []*groupedEvent) {
 		l.config.OnIngestGroup(len(group))
 	}
 	now := l.now()
-	events := make([]*preparedEvent, len(group))
-	for i, ge := range group {
-		events[i] = ge.ev
-	}
+	events := eventsOf(group)
 	var inserted map[eventKey]*UsageEvent
 	var err error
 	if len(events) == 1 {
@@ -172,14 +169,19 @@ func (l *Ledger) writeGroup(ctx context.Context, group []*groupedEvent) {
 	if len(rest) == 0 {
 		return
 	}
-	restEvents := make([]*preparedEvent, len(rest))
-	for i, ge := range rest {
-		restEvents[i] = ge.ev
-	}
-	results, errs := l.recordEach(ctx, restEvents)
+	results, errs := l.recordEach(ctx, eventsOf(rest))
 	for i, ge := range rest {
 		ge.res, ge.err = results[i], errs[i]
 	}
+}
+
+// eventsOf returns the events of group's calls.
+func eventsOf(group []*groupedEvent) []*preparedEvent {
+	events := make([]*preparedEvent, len(group))
+	for i, ge := range group {
+		events[i] = ge.ev
+	}
+	return events
 }
 
 // recordEach records events, each on its own account, in one transaction of
