@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tally-billing/tally/internal/envconf"
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/ledger"
@@ -48,9 +50,10 @@ const (
 // loadConfig. See the configuration table in README.md.
 type config struct {
 	DatabaseURL          string
-	APIDBMaxConns        int32 // the API's pool (TALLY_API_DB_MAX_CONNS)
-	WorkerDBMaxConns     int32 // the workers' pool (TALLY_WORKER_DB_MAX_CONNS)
-	DBMaxConnsDeprecated bool  // TALLY_DB_MAX_CONNS is set: warn at start
+	PoolerURL            string // TALLY_POOLER_URL: the API and worker pools connect through it; empty: DATABASE_URL
+	APIDBMaxConns        int32  // the API's pool (TALLY_API_DB_MAX_CONNS)
+	WorkerDBMaxConns     int32  // the workers' pool (TALLY_WORKER_DB_MAX_CONNS)
+	DBMaxConnsDeprecated bool   // TALLY_DB_MAX_CONNS is set: warn at start
 	HTTPAddr             string
 	DebugAddr            string // TALLY_DEBUG_ADDR: net/http/pprof, loopback only; empty: off
 	MetricsAddr          string // TALLY_METRICS_ADDR: the metrics listener; "off": none
@@ -93,6 +96,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	bad, get, duration, integer, boolean := env.Bad, env.String, env.Duration, env.Int, env.Bool
 	c := &config{
 		DatabaseURL:          get("DATABASE_URL", ""),
+		PoolerURL:            get("TALLY_POOLER_URL", ""),
 		HTTPAddr:             get("TALLY_HTTP_ADDR", httpAddrDefault),
 		DebugAddr:            get("TALLY_DEBUG_ADDR", ""),
 		MetricsAddr:          get("TALLY_METRICS_ADDR", metricsAddrDefault),
@@ -148,6 +152,13 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required, such as postgres://user@127.0.0.1:5432/tally")
+	}
+	if c.PoolerURL != "" {
+		// The parser's error is not shown: it would quote the URL, password
+		// and all.
+		if _, err := pgx.ParseConfig(c.PoolerURL); err != nil {
+			bad("TALLY_POOLER_URL", "is not a Postgres connection string; use a URL such as postgres://user@pgbouncer:6432/tally")
+		}
 	}
 	for _, r := range strings.Split(get("TALLY_ROLES", "api,worker"), ",") {
 		r = strings.TrimSpace(r)

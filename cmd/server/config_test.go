@@ -36,6 +36,7 @@ func TestLoadConfig(t *testing.T) {
 		}{
 			{"DATABASE_URL", map[string]string{"DATABASE_URL": ""}},
 			{"DATABASE_URL", map[string]string{"DATABASE_URL": "   "}},
+			{"TALLY_POOLER_URL", map[string]string{"TALLY_POOLER_URL": "postgres://u:pw@h:notaport/db"}},
 			{"STRIPE_API_BASE", map[string]string{"STRIPE_API_BASE": "localhost:12111"}},
 			{"STRIPE_API_KEY", map[string]string{"STRIPE_API_KEY": ""}},
 			{"STRIPE_API_KEY", map[string]string{"STRIPE_API_KEY": "pk_test_123"}},
@@ -80,6 +81,16 @@ func TestLoadConfig(t *testing.T) {
 			require.Nil(t, c)
 			require.Contains(t, err.Error(), tc.name+":", "%v", tc.env)
 		}
+	})
+
+	t.Run("PoolerURLErrorHidesItsPassword", func(t *testing.T) {
+		t.Parallel()
+		_, err := loadConfig(testEnv(map[string]string{"TALLY_POOLER_URL": "postgres://tally:s3cr3t-pw@pgbouncer:port/tally"}))
+		require.ErrorContains(t, err, "TALLY_POOLER_URL:")
+		require.NotContains(t, err.Error(), "s3cr3t-pw")
+		c, err := loadConfig(testEnv(map[string]string{"TALLY_POOLER_URL": "postgres://tally@pgbouncer:6432/tally"}))
+		require.NoError(t, err)
+		require.Equal(t, "postgres://tally@pgbouncer:6432/tally", c.PoolerURL)
 	})
 
 	t.Run("DunningSchedule", func(t *testing.T) {

@@ -206,10 +206,15 @@ const (
 )
 
 // connectLedger opens a pool named appName of at most maxConns connections
-// and the ledger that runs on it, with an insert-only River client on the
-// same pool as its scheduler.
+// (through TALLY_POOLER_URL when set, else to DATABASE_URL) and the ledger
+// that runs on it, with an insert-only River client on the same pool as its
+// scheduler.
 func connectLedger(ctx context.Context, cfg *config, logger *slog.Logger, m *metrics.Metrics, appName string, maxConns int32) (*pgxpool.Pool, *ledger.Ledger, error) {
-	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, appName, maxConns)
+	connect, url := postgres.Connect, cfg.DatabaseURL
+	if cfg.PoolerURL != "" {
+		connect, url = postgres.ConnectPooled, cfg.PoolerURL
+	}
+	pool, err := connect(ctx, url, appName, maxConns)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -260,6 +260,30 @@ func TestChart(t *testing.T) {
 			"internal/api calls Stripe: its pods would need STRIPE_API_KEY")
 	})
 
+	// A pooler is optional: unnamed, no pod gets TALLY_POOLER_URL; named,
+	// both deployments get it from its Secret, and the migration job (which
+	// takes an advisory lock for its session) does not.
+	t.Run("PoolerURLOptional", func(t *testing.T) {
+		objects, _ := render(t, helm)
+		for _, o := range objects {
+			require.NotContains(t, env(t, o), "TALLY_POOLER_URL", o.Metadata.Name)
+		}
+		objects, _ = render(t, helm, "--set", "secrets.poolerURL.name=tally-pooler", "--set", "secrets.poolerURL.key=url",
+			"--set", "migrations.enabled=true")
+		deployments := 0
+		for _, o := range objects {
+			e := env(t, o)
+			switch o.Kind {
+			case "Deployment":
+				deployments++
+				require.Equal(t, &secretRef{Name: "tally-pooler", Key: "url"}, e["TALLY_POOLER_URL"].SecretRef, o.Metadata.Name)
+			default:
+				require.NotContains(t, e, "TALLY_POOLER_URL", o.Metadata.Name)
+			}
+		}
+		require.Equal(t, 2, deployments)
+	})
+
 	// Every pod's metrics port binds every interface, so it carries the
 	// token (the server then requires it), and the ServiceMonitor sends the
 	// same token.

@@ -24,7 +24,20 @@ import (
 // on sizes (the batch joins over unnest) are passed ledger's planFresh, and are
 // planned for the tables as they are each time they run.
 func Connect(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
-	return connect(ctx, databaseURL, applicationName, maxConns, false)
+	return connect(ctx, databaseURL, applicationName, maxConns, modeDirect)
+}
+
+// ConnectPooled opens a pool as Connect does, through a connection pooler in
+// transaction mode (PgBouncer) at poolerURL, which hands each transaction —
+// or each statement outside one — to whichever server connection is free. A
+// named prepared statement lives on one server connection, so the pool
+// prepares none: every statement runs as Postgres's unnamed statement, parsed
+// and bound in the round trip that runs it, its description cached by pgx
+// (pgx.QueryExecModeCacheDescribe; the description is the statement's, not
+// the connection's, so it holds on any of them). Postgres then plans each
+// run afresh, as it does for the statements passed ledger's planFresh.
+func ConnectPooled(ctx context.Context, poolerURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
+	return connect(ctx, poolerURL, applicationName, maxConns, modePooled)
 }
 
 // ConnectQueue opens a pool as Connect does, for River's own queries, which
@@ -38,10 +51,19 @@ func Connect(ctx context.Context, databaseURL, applicationName string, maxConns 
 // share of ingest (docs/benchmarks.md, "Figures behind the code's
 // choices").
 func ConnectQueue(ctx context.Context, databaseURL, applicationName string, maxConns int32) (*pgxpool.Pool, error) {
-	return connect(ctx, databaseURL, applicationName, maxConns, true)
+	return connect(ctx, databaseURL, applicationName, maxConns, modeQueue)
 }
 
-func connect(ctx context.Context, databaseURL, applicationName string, maxConns int32, customPlans bool) (*pgxpool.Pool, error) {
+// connectMode is how a pool's statements are prepared and planned.
+type connectMode int
+
+const (
+	modeDirect connectMode = iota // named prepared statements, Postgres's default plan caching
+	modeQueue                     // named prepared statements, each run planned afresh (plan_cache_mode)
+	modePooled                    // no named prepared statement: through a pooler in transaction mode
+)
+
+func connect(ctx context.Context, databaseURL, applicationName string, maxConns int32, mode connectMode) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("error parsing database URL: %w", err)
@@ -49,8 +71,11 @@ func connect(ctx context.Context, databaseURL, applicationName string, maxConns 
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	if customPlans {
+	switch mode {
+	case modeQueue:
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	case modePooled:
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	if applicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = applicationName

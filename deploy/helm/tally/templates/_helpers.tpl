@@ -26,6 +26,12 @@ interface, so the server requires the metrics token there. */}}
 {{- define "tally.env" -}}
 - name: DATABASE_URL
   valueFrom: {secretKeyRef: {name: {{ required "secrets.databaseURL.name is required" .Values.secrets.databaseURL.name }}, key: {{ .Values.secrets.databaseURL.key }}}}
+{{- with .Values.secrets.poolerURL }}
+{{- if .name }}
+- name: TALLY_POOLER_URL
+  valueFrom: {secretKeyRef: {name: {{ .name }}, key: {{ required "secrets.poolerURL.key is required with its name" .key }}}}
+{{- end }}
+{{- end }}
 - name: TALLY_METRICS_TOKEN
   valueFrom: {secretKeyRef: {name: {{ required "secrets.metricsToken.name is required: /metrics answers only with it off loopback" .Values.secrets.metricsToken.name }}, key: {{ .Values.secrets.metricsToken.key }}}}
 - name: TALLY_METRICS_ADDR
