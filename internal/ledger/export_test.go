@@ -12,6 +12,7 @@ import (
 const (
 	UsageEventInsertOpenSQL  = usageEventInsertOpenSQL
 	UsageEventsInsertOpenSQL = usageEventsInsertOpenSQL
+	UsageEventInsertOpenCall = usageEventInsertOpenCall
 	ChargeHistorySQL         = chargeHistorySQL
 )
 

@@ -105,3 +105,21 @@ FROM billing.periods p`)
 			list("NULL"), list(`"{}"`), list(now), now, list(hash)), "periods_pkey", "periods_open_closes_at_idx", "Seq Scan on periods")
 	})
 }
+
+// The functions single events are written by (migration 00030) are their
+// statements word for word, so that TestPlans holds the plans the functions
+// cache, and a change to a statement needs a migration that changes its
+// function too.
+func TestInsertFunctionsAreTheStatements(t *testing.T) {
+	ctx, b := setup(t, setupOpts{noCustomer: true})
+	for name, statement := range map[string]string{
+		"usage_event_insert_open":  ledger.UsageEventInsertOpenSQL,
+		"usage_events_insert_open": ledger.UsageEventsInsertOpenSQL,
+	} {
+		var body string
+		require.NoError(t, b.Pool.QueryRow(ctx, `
+SELECT prosrc FROM pg_proc WHERE proname = $1 AND pronamespace = 'billing'::regnamespace`, name).Scan(&body))
+		require.Equal(t, "\n#variable_conflict use_column\nBEGIN\nRETURN QUERY"+statement+";\nEND;\n", body,
+			"billing.%s is not the statement internal/ledger has: write a migration that replaces it", name)
+	}
+}

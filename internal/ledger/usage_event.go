@@ -374,7 +374,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *Tx, now time.Time, n int, eve
 		if expectNew {
 			inserted, err = usageEventsInsertNew(ctx, tx, now, insert)
 		} else {
-			inserted, err = usageEventsInsertOpen(ctx, tx, now, insert)
+			inserted, err = usageEventsInsertOpen(ctx, tx, usageEventsInsertOpenSQL, now, insert)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -599,19 +599,32 @@ func usageEventsInsertNew(ctx context.Context, tx *Tx, now time.Time, events []*
 	return inserted, err
 }
 
-// usageEventsInsertOpen records events in one statement
-// (usageEventsInsertOpenSQL) and returns those it inserted by key; the
-// caller finds out why the others were not. A group of single events runs
-// it alone, its own transaction; a batch (recordTx) runs it once its
-// periods are created and locked and its refusals taken out, so it inserts
-// every event the batch does not find stored.
+// usageEventsInsertOpen records events with query, usageEventsInsertOpenSQL
+// or its function (usageEventsInsertOpenCall), and returns those it inserted
+// by key; the caller finds out why the others were not. A group of single
+// events calls the function alone, its own transaction; a batch (recordTx)
+// runs the statement once its periods are created and locked and its
+// refusals taken out, so it inserts every event the batch does not find
+// stored.
 func usageEventsInsertOpen(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, now time.Time, events []*preparedEvent,
+}, query string, now time.Time, events []*preparedEvent,
 ) (map[eventKey]*UsageEvent, error) {
-	rows, err := db.Query(ctx, usageEventsInsertOpenSQL, eventArgs(events, now)...)
+	rows, err := db.Query(ctx, query, eventArgs(events, now)...)
 	return readInserted(rows, err, events, now)
 }
+
+// usageEventInsertOpenCall and usageEventsInsertOpenCall run
+// usageEventInsertOpenSQL and usageEventsInsertOpenSQL as the functions whose
+// bodies they are (migration 00030, TestInsertFunctionsAreTheStatements):
+// the function's plan is cached by the server connection, so the statements
+// of single events are planned once per connection even where Tally
+// prepares no named statement (through a pooler in transaction mode,
+// postgres.ConnectPooled).
+const (
+	usageEventInsertOpenCall  = `SELECT * FROM billing.usage_event_insert_open($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	usageEventsInsertOpenCall = `SELECT * FROM billing.usage_events_insert_open($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+)
 
 // eventArgs are the arguments of an insert of events from unnest, $1 to
 // $11: customers, event ids, periods, amounts, currencies (as
@@ -719,14 +732,14 @@ WHERE p.status = 'open' AND p.closes_at > $10 AND ($5::text = '' OR $5::text = p
 ON CONFLICT (customer_id, event_id) DO NOTHING
 RETURNING ` + usageEventColumns
 
-// usageEventInsertOpen records ev in one statement (usageEventInsertOpenSQL)
-// and returns it, or nil when the statement inserted nothing and the caller
-// must find out why.
+// usageEventInsertOpen records ev in one statement (usageEventInsertOpenSQL,
+// called as its function: usageEventInsertOpenCall) and returns it, or nil
+// when the statement inserted nothing and the caller must find out why.
 func usageEventInsertOpen(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, now time.Time, ev *preparedEvent,
 ) (*UsageEvent, error) {
-	s, err := scanUsageEvent(db.QueryRow(ctx, usageEventInsertOpenSQL,
+	s, err := scanUsageEvent(db.QueryRow(ctx, usageEventInsertOpenCall,
 		ev.CustomerID, ev.EventID, ev.periodBound.Label, amountOrNull(ev), ev.Currency, orNull(&ev.quantity),
 		orNull(&ev.Metric), ev.properties, ev.occurredAt, now, ev.hash))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -148,7 +148,7 @@ func (l *Ledger) writeGroup(ctx context.Context, group []*groupedEvent) {
 			inserted = map[eventKey]*UsageEvent{{e.CustomerID, e.EventID}: e}
 		}
 	} else {
-		inserted, err = usageEventsInsertOpen(ctx, l.pool, now, events)
+		inserted, err = usageEventsInsertOpen(ctx, l.pool, usageEventsInsertOpenCall, now, events)
 	}
 	if err != nil && !isRetryable(err) {
 		for _, ge := range group {

@@ -70,7 +70,7 @@ SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE schemaname
 			return n
 		}
 		now := b.Ledger.Now()
-		tag, err := tx.Exec(ctx, ledger.UsageEventInsertOpenSQL,
+		tag, err := tx.Exec(ctx, ledger.UsageEventInsertOpenCall,
 			"acme", "s1", period, 100, "", nil, nil, []byte(`{}`), now, now, make([]byte, 32))
 		require.NoError(t, err)
 		require.Equal(t, int64(1), tag.RowsAffected())
