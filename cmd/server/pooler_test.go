@@ -31,15 +31,15 @@ const poolerWaitMax = 60 * time.Second
 
 // startPooler starts a PgBouncer in transaction mode with poolSize server
 // connections in front of databaseURL's server, stopped when the test ends,
-// and returns databaseURL through it.
-func startPooler(t *testing.T, databaseURL string, poolSize int) string {
+// and returns it with databaseURL through it.
+func startPooler(t *testing.T, databaseURL string, poolSize int) (*pgbouncer.Bouncer, string) {
 	t.Helper()
 	b, err := pgbouncer.Start(t.Context(), pgbouncer.Config{Dir: filepath.Join(t.TempDir(), "pgbouncer"), Backend: databaseURL, PoolSize: poolSize})
 	require.NoError(t, err)
 	t.Cleanup(b.Stop)
 	poolerURL, err := b.URL(databaseURL)
 	require.NoError(t, err)
-	return poolerURL
+	return b, poolerURL
 }
 
 // TestPooler runs Tally's API and worker pools through PgBouncer in
@@ -58,7 +58,7 @@ func TestPooler(t *testing.T) {
 	t.Run("NamedStatementsFailUnnamedWork", func(t *testing.T) {
 		t.Parallel()
 		_, databaseURL := testdb.New(t)
-		poolerURL := startPooler(t, databaseURL, 1)
+		_, poolerURL := startPooler(t, databaseURL, 1)
 
 		run := func(connect func(context.Context, string, string, int32) (*pgxpool.Pool, error)) error {
 			pool, err := connect(ctx, poolerURL, "tally-pooler-test", 2)
@@ -92,7 +92,7 @@ func TestPooler(t *testing.T) {
 	t.Run("EventsAndChargesExactlyOnce", func(t *testing.T) {
 		t.Parallel()
 		pool, databaseURL := testdb.New(t)
-		poolerURL := startPooler(t, databaseURL, 3)
+		bouncer, poolerURL := startPooler(t, databaseURL, 3)
 
 		sim := stripesim.New(stripesim.Config{})
 		t.Cleanup(sim.Close)
@@ -212,7 +212,6 @@ func TestPooler(t *testing.T) {
 		consoleURL.Path = "/pgbouncer" // the pooler's admin console
 		admin, err := pgx.Connect(ctx, consoleURL.String())
 		require.NoError(t, err)
-		defer admin.Close(ctx)
 		rows, err := admin.Query(ctx, "SHOW STATS", pgx.QueryExecModeSimpleProtocol)
 		require.NoError(t, err)
 		stats, err := pgx.CollectRows(rows, pgx.RowToMap)
@@ -230,5 +229,17 @@ func TestPooler(t *testing.T) {
 		// 240 posts of single events (grouped), 3 batches, closes, claims
 		// and outcomes: a direct connection would leave this at 0.
 		require.Greater(t, xacts, int64(50), "transactions through the pooler: %v", stats)
+
+		// With the pooler gone, a request is answered 503 with Retry-After
+		// (send it again), not 500, and nothing is acknowledged.
+		admin.Close(ctx)
+		bouncer.Stop()
+		status, header, out := srv.call(t, key, http.MethodPost, "/v1/usage-events", `{"customer_id":"acme","event_id":"late","amount_cents":1}`)
+		require.Equal(t, http.StatusServiceUnavailable, status, "body: %s", out)
+		require.Equal(t, "1", header.Get("Retry-After"))
+		require.Contains(t, string(out), `"code":"database_unavailable"`)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*)::int FROM billing.usage_events WHERE event_id = 'late'`).Scan(&n))
+		require.Zero(t, n)
 	})
 }

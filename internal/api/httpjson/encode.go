@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/tally-billing/tally/internal/api/jsonobj"
+	"github.com/tally-billing/tally/internal/ledger"
 )
 
 // Body limits, in bytes.
@@ -401,9 +402,25 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	_ = enc.Encode(p)
 }
 
+// unavailableRetryAfter is the Retry-After of a 503 database_unavailable,
+// in seconds: about what a restart or a failover of Postgres takes to come
+// back, or PgBouncer to try logging in again.
+const unavailableRetryAfter = "1"
+
 // WriteInternal logs err with the request's context and answers a generic
-// 500 that names only the request id.
+// 500 that names only the request id — or, when err is Postgres out of
+// reach (ledger.Unavailable), a 503 database_unavailable with Retry-After:
+// nothing was acknowledged, and the same request again is safe.
 func WriteInternal(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	if ledger.Unavailable(err) {
+		logger.WarnContext(r.Context(), "database unavailable", slog.String("error", err.Error()),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("request_id", RequestIDFrom(r.Context())))
+		w.Header().Set("Retry-After", unavailableRetryAfter)
+		WriteProblem(w, r, Problem{Status: http.StatusServiceUnavailable, Code: "database_unavailable",
+			Detail: "Postgres is out of reach for the moment: this request was not acknowledged; send it again (the same event id, the same key), which is safe"})
+		return
+	}
 	logger.ErrorContext(r.Context(), "internal error", slog.String("error", err.Error()),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("request_id", RequestIDFrom(r.Context())))
