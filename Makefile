@@ -59,9 +59,9 @@ bench: ## raw baselines, then Tally over HTTP, in one run: a table of ratios, ex
 	admin_url="$$(bash scripts/ensure-postgres.sh)"; \
 	TALLY_TEST_ADMIN_DATABASE_URL="$$admin_url" $(GO) run ./tools/bench $(BENCHFLAGS)
 
-chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce)
+chaos: ## the long fault-injection run: real replicas, faults everywhere, independent check (SEED=n to reproduce; CHAOSFLAGS=--pgbouncer)
 	bash scripts/ensure-postgres.sh >/dev/null
-	$(GO) run ./tools/chaos $(if $(SEED),--seed $(SEED))
+	$(GO) run ./tools/chaos $(if $(SEED),--seed $(SEED)) $(CHAOSFLAGS)
 
 failover: ## failover drill: replication stalled, primary killed, standby promoted; async then sync, no double charge (SEED=n)
 	bash scripts/ensure-postgres.sh >/dev/null

@@ -60,6 +60,7 @@ import (
 
 	"github.com/tally-billing/tally/internal/jobs"
 	"github.com/tally-billing/tally/internal/schema"
+	"github.com/tally-billing/tally/internal/tools/pgbouncer"
 	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
@@ -95,14 +96,22 @@ const (
 	// (not a phase of its own: --only closes_credits).
 	PhaseCloses        = "closes"
 	PhaseClosesCredits = "closes_credits"
+
+	// With --pgbouncer, ingest_spread, ingest_batch and charges are
+	// measured again by servers whose pools go through PgBouncer in
+	// transaction mode (TALLY_POOLER_URL), in the same rotations: these
+	// are not phases of their own (--only names the direct one).
+	PhaseIngestSpreadPooled = "ingest_spread_pgbouncer"
+	PhaseIngestBatchPooled  = "ingest_batch_pgbouncer"
+	PhaseChargesPooled      = "charges_pgbouncer"
 )
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
-	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot,
+	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestSpreadPooled, PhaseIngestHot,
 	PhaseIngestSerialAlone, PhaseIngestSerial, PhaseIngestRollupsOff, PhaseIngestRollups,
-	PhaseRawCopy, PhaseIngestBatch, PhaseRawSQLAfterLoad, PhaseIngestAfterLoad,
-	PhaseUsageQuery, PhaseRiverNoop, PhaseCharges, PhaseCloses, PhaseClosesCredits,
+	PhaseRawCopy, PhaseIngestBatch, PhaseIngestBatchPooled, PhaseRawSQLAfterLoad, PhaseIngestAfterLoad,
+	PhaseUsageQuery, PhaseRiverNoop, PhaseCharges, PhaseChargesPooled, PhaseCloses, PhaseClosesCredits,
 }
 
 // ingestPhases are the phases the ingest step measures.
@@ -163,6 +172,10 @@ type Config struct {
 	Only []string
 	// Keep keeps the databases (and WorkDir) for a look afterwards.
 	Keep bool
+	// PgBouncer measures ingest_spread, ingest_batch and charges also
+	// through a PgBouncer in transaction mode, started by the run
+	// (internal/tools/pgbouncer), beside the direct figures.
+	PgBouncer bool
 
 	// Command is the command line shown in the report's header.
 	Command string
@@ -208,16 +221,38 @@ func (c *Config) validate() error {
 		}
 	}
 	for _, p := range c.Only {
-		if !slices.Contains(Phases, p) {
+		if !slices.Contains(Phases, p) || strings.HasSuffix(p, pooledSuffix) {
 			errs = append(errs, fmt.Errorf("unknown phase %q: want one of %s", p, strings.Join(Phases, ", ")))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// runs reports whether phase is part of the run.
+// pooledSuffix ends the name of a phase measured through PgBouncer.
+const pooledSuffix = "_pgbouncer"
+
+// runs reports whether phase is part of the run: a phase through PgBouncer
+// runs with --pgbouncer, when its direct phase runs.
 func (c *Config) runs(phase string) bool {
+	if direct, ok := strings.CutSuffix(phase, pooledSuffix); ok {
+		return c.PgBouncer && c.runs(direct)
+	}
 	return len(c.Only) == 0 || slices.Contains(c.Only, phase)
+}
+
+// poolerURL returns dbURL through the run's PgBouncer, started at the first
+// call in the work directory, in front of the admin URL's server, with a
+// pool of 20 server connections per database.
+func (r *run) poolerURL(ctx context.Context, dbURL string) (string, error) {
+	if r.bouncer == nil {
+		b, err := pgbouncer.Start(ctx, pgbouncer.Config{Dir: filepath.Join(r.cfg.WorkDir, "pgbouncer"), Backend: r.cfg.AdminURL})
+		if err != nil {
+			return "", fmt.Errorf("error starting pgbouncer: %w", err)
+		}
+		r.bouncer = b
+		r.logf("pgbouncer (transaction mode) on 127.0.0.1:%d", b.Port)
+	}
+	return r.bouncer.URL(dbURL)
 }
 
 // runsAny reports whether any of phases is part of the run.
@@ -231,8 +266,9 @@ type run struct {
 	id        string // hex, part of every database name
 	binDir    string
 	logDir    string
-	databases []string // created, dropped at the end
-	baseURL   string   // the baselines' database, once created (baseDatabase)
+	databases []string           // created, dropped at the end
+	baseURL   string             // the baselines' database, once created (baseDatabase)
+	bouncer   *pgbouncer.Bouncer // with --pgbouncer, once started (pooler)
 	mem       memory
 	report    *Report
 }
@@ -272,6 +308,11 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, fmt.Errorf("error creating %s: %w", r.logDir, err)
 	}
 	defer r.dropDatabases()
+	defer func() {
+		if r.bouncer != nil {
+			r.bouncer.Stop()
+		}
+	}()
 
 	header, err := describe(ctx, cfg)
 	if err != nil {

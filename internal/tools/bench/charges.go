@@ -42,7 +42,7 @@ func (r *run) charges(ctx context.Context) error {
 		return err
 	}
 	r.logf("%s, %s: %d rounds, %d jobs or charges each", PhaseRiverNoop, PhaseCharges, r.rounds(), r.cfg.Charges)
-	var noop, charges []*Result
+	var noop, charges, pooled []*Result
 	for round := range r.rounds() {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
@@ -58,10 +58,20 @@ func (r *run) charges(ctx context.Context) error {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
 		}
-		if res, err = r.chargesRun(ctx, round); err != nil {
+		if res, err = r.chargesRun(ctx, round, false); err != nil {
 			return r.record(res, err)
 		}
 		charges = append(charges, res)
+		if !r.cfg.runs(PhaseChargesPooled) {
+			continue
+		}
+		if err := r.checkpoint(ctx); err != nil {
+			return err
+		}
+		if res, err = r.chargesRun(ctx, round, true); err != nil {
+			return r.record(res, err)
+		}
+		pooled = append(pooled, res)
 	}
 	note := fmt.Sprintf("; %d rounds alternating %s and %s", r.rounds(), PhaseRiverNoop, PhaseCharges)
 	if err := r.record(mergeResults(noop, note), nil); err != nil {
@@ -78,6 +88,18 @@ func (r *run) charges(ctx context.Context) error {
 		ratios[i] = charges[i].Rate() / noop[i].Rate()
 	}
 	r.pairRatios(PhaseCharges, PhaseRiverNoop, ratios)
+	if len(pooled) == 0 {
+		return nil
+	}
+	if err := r.record(mergeResults(pooled, fmt.Sprintf("; %d rounds alternating %s, %s and %s", r.rounds(),
+		PhaseRiverNoop, PhaseCharges, PhaseChargesPooled)), nil); err != nil {
+		return err
+	}
+	ratios = make([]float64, len(pooled))
+	for i := range pooled {
+		ratios[i] = pooled[i].Rate() / charges[i].Rate()
+	}
+	r.pairRatios(PhaseChargesPooled, PhaseCharges, ratios)
 	return nil
 }
 
@@ -95,11 +117,25 @@ func mergeResults(results []*Result, more string) *Result {
 	return &m
 }
 
-func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
+func (r *run) chargesRun(ctx context.Context, round int, throughPooler bool) (*Result, error) {
 	n := r.cfg.Charges
-	dbURL, key, err := r.tallyDatabase(ctx, "charges"+strconv.Itoa(round))
+	phase, suffix := PhaseCharges, ""
+	if throughPooler {
+		phase, suffix = PhaseChargesPooled, "p"
+	}
+	dbURL, key, err := r.tallyDatabase(ctx, "charges"+strconv.Itoa(round)+suffix)
 	if err != nil {
 		return nil, err
+	}
+	// The servers that close and charge: their pools through PgBouncer
+	// for charges_pgbouncer (River's own pool stays direct).
+	serverEnv := []string{"TALLY_ROLES=api,worker", "TALLY_PERIOD=hour", "STRIPE_API_KEY=sk_test_bench"}
+	if throughPooler {
+		poolerURL, err := r.poolerURL(ctx, dbURL)
+		if err != nil {
+			return nil, err
+		}
+		serverEnv = append(serverEnv, "TALLY_POOLER_URL="+poolerURL)
 	}
 	sim, simURL, err := r.startSimulator(ctx)
 	if err != nil {
@@ -134,18 +170,17 @@ func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 	budget := 2*startup + 2*put + 5*time.Second + time.Duration(n)*6*time.Millisecond
 	grace := now.Add(budget).Sub(prevEnd).Round(time.Millisecond)
 	closeAt := prevEnd.Add(grace)
-	r.logf("%s: periods of %s close at %s (grace %s)", PhaseCharges, prevEnd.Add(-time.Hour).Format("2006-01-02T15"),
+	r.logf("%s: periods of %s close at %s (grace %s)", phase, prevEnd.Add(-time.Hour).Format("2006-01-02T15"),
 		closeAt.Format("15:04:05.000"), grace)
-	srv, err := r.startServer(ctx, fmt.Sprintf("charges-%d", round), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
-		"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
+	serverEnv = append(serverEnv, "TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_BASE="+simURL)
+	srv, err := r.startServer(ctx, fmt.Sprintf("%s-%d", phase, round), dbURL, serverEnv...)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
 	for i := 1; i < r.cfg.WorkerReplicas; i++ {
 		// api,worker so that /readyz answers; nothing posts to its API.
-		w, err := r.startServer(ctx, fmt.Sprintf("charges-%d-%d", round, i+1), dbURL, "TALLY_ROLES=api,worker", "TALLY_PERIOD=hour",
-			"TALLY_CLOSE_GRACE="+grace.String(), "STRIPE_API_KEY=sk_test_bench", "STRIPE_API_BASE="+simURL)
+		w, err := r.startServer(ctx, fmt.Sprintf("%s-%d-%d", phase, round, i+1), dbURL, serverEnv...)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +190,7 @@ func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 	if err := r.postChargeEvents(ctx, srv.url, key, customers, prevEnd.Add(-30*time.Minute), closeAt); err != nil {
 		return nil, err
 	}
-	r.logf("%s: %d events in, %s before the close", PhaseCharges, n, time.Until(closeAt).Round(time.Millisecond))
+	r.logf("%s: %d events in, %s before the close", phase, n, time.Until(closeAt).Round(time.Millisecond))
 	select {
 	case <-time.After(time.Until(closeAt)):
 	case <-ctx.Done():
@@ -172,11 +207,11 @@ func (r *run) chargesRun(ctx context.Context, round int) (*Result, error) {
 		return nil, err
 	}
 	elapsed := st.lastSucceeded.Sub(closeAt)
-	res := &Result{Phase: PhaseCharges, Unit: "charges/s", Count: int64(n), Elapsed: elapsed,
+	res := &Result{Phase: phase, Unit: "charges/s", Count: int64(n), Elapsed: elapsed,
 		Note: fmt.Sprintf("%d worker replica(s) × %d workers; from the close: first charge row at +%s, last success at +%s",
 			r.cfg.WorkerReplicas, r.cfg.Workers, st.firstCreated.Sub(closeAt).Round(time.Millisecond), elapsed.Round(time.Millisecond))}
 	if err := verifyCharges(ctx, simURL, n, st); err != nil {
-		return res, &phaseError{phase: PhaseCharges, err: err}
+		return res, &phaseError{phase: phase, err: err}
 	}
 	return res, nil
 }

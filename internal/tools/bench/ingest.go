@@ -150,9 +150,25 @@ func (r *run) ingest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// With --pgbouncer, a second server on the same database whose pools
+	// go through PgBouncer takes its windows in the same rotations.
+	var pooled *apiClient
+	if r.cfg.runsAny(PhaseIngestSpreadPooled, PhaseIngestBatchPooled) {
+		poolerURL, err := r.poolerURL(ctx, dbURL)
+		if err != nil {
+			return err
+		}
+		psrv, err := r.startServer(ctx, "api-ingest-pgbouncer", dbURL, "TALLY_ROLES=api", "TALLY_POOLER_URL="+poolerURL)
+		if err != nil {
+			return err
+		}
+		defer psrv.stop()
+		pooled = newAPIClient(psrv.url, key, max(r.cfg.Clients, loadClients))
+		defer pooled.close()
+	}
 
 	if r.cfg.runsAny(PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot) {
-		if err := r.singlesRotation(ctx, api, baseURL, customers, spreadNote); err != nil {
+		if err := r.singlesRotation(ctx, api, pooled, baseURL, customers, spreadNote); err != nil {
 			return err
 		}
 	}
@@ -167,7 +183,7 @@ func (r *run) ingest(ctx context.Context) error {
 		return err
 	}
 	if r.cfg.runsAny(PhaseRawCopy, PhaseIngestBatch) {
-		if err := r.batchRotation(ctx, api, baseURL, customers); err != nil {
+		if err := r.batchRotation(ctx, api, pooled, baseURL, customers); err != nil {
 			return err
 		}
 	}
@@ -205,34 +221,41 @@ func (r *run) rotationNote(note string, members ...string) string {
 }
 
 // singlesRotation measures raw_sql, raw_sql_pipelined, ingest_spread and
-// ingest_hot in turn, round after round.
-func (r *run) singlesRotation(ctx context.Context, api *apiClient, baseURL string, customers []string, spreadNote string) error {
+// ingest_hot in turn, round after round, and ingest_spread_pgbouncer through
+// pooled when not nil.
+func (r *run) singlesRotation(ctx context.Context, api, pooled *apiClient, baseURL string, customers []string, spreadNote string) error {
 	conns, err := connectEach(ctx, baseURL, r.cfg.Clients)
 	if err != nil {
 		return err
 	}
 	defer closeAll(conns)
 	names := []string{PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot}
-	r.logf("%s: %d rounds of %s windows, %d clients", strings.Join(names, ", "), r.rounds(), r.cfg.Duration, r.cfg.Clients)
 	raw := func(phase string, pipelined bool) member {
 		return member{phase, func(round int) (loopResult, error) {
 			lr := r.rawSQLWindow(ctx, conns, pipelined, phase+strconv.Itoa(round))
 			return lr, loopError(phase, lr)
 		}}
 	}
-	singles := func(phase, prefix string, customers []string) member {
+	singles := func(phase, prefix string, api *apiClient, customers []string) member {
 		return member{phase, func(round int) (loopResult, error) {
 			lr := r.singlesLoop(ctx, api, r.cfg.Clients, prefix+strconv.Itoa(round), customers, r.cfg.Duration)
 			return lr, loopError(phase, lr)
 		}}
 	}
-	windows, err := r.rotate(r.rounds(), raw(PhaseRawSQL, false), raw(PhaseRawSQLPipelined, true),
-		singles(PhaseIngestSpread, "sp", customers), singles(PhaseIngestHot, "hot", customers[:1]))
+	members := []member{raw(PhaseRawSQL, false), raw(PhaseRawSQLPipelined, true),
+		singles(PhaseIngestSpread, "sp", api, customers), singles(PhaseIngestHot, "hot", api, customers[:1])}
+	if pooled != nil {
+		names = append(names, PhaseIngestSpreadPooled)
+		members = append(members, singles(PhaseIngestSpreadPooled, "spb", pooled, customers))
+	}
+	r.logf("%s: %d rounds of %s windows, %d clients", strings.Join(names, ", "), r.rounds(), r.cfg.Duration, r.cfg.Clients)
+	windows, err := r.rotate(r.rounds(), members...)
 	err = r.recordRotation(windows, err, map[string]string{
-		PhaseRawSQL:          r.rotationNote(rawSQLNote, names...),
-		PhaseRawSQLPipelined: r.rotationNote(rawSQLPipelinedNote, names...),
-		PhaseIngestSpread:    r.rotationNote(spreadNote, names...),
-		PhaseIngestHot:       r.rotationNote(fmt.Sprintf("%d clients, single events to 1 customer", r.cfg.Clients), names...),
+		PhaseRawSQL:             r.rotationNote(rawSQLNote, names...),
+		PhaseRawSQLPipelined:    r.rotationNote(rawSQLPipelinedNote, names...),
+		PhaseIngestSpread:       r.rotationNote(spreadNote, names...),
+		PhaseIngestHot:          r.rotationNote(fmt.Sprintf("%d clients, single events to 1 customer", r.cfg.Clients), names...),
+		PhaseIngestSpreadPooled: r.rotationNote(spreadNote+"; through PgBouncer (transaction mode)", names...),
 	})
 	if err != nil || windows == nil {
 		return err
@@ -240,6 +263,9 @@ func (r *run) singlesRotation(ctx context.Context, api *apiClient, baseURL strin
 	r.pair(PhaseIngestSpread, PhaseRawSQL, windows[PhaseIngestSpread], windows[PhaseRawSQL])
 	r.pair(PhaseIngestSpread, PhaseRawSQLPipelined, windows[PhaseIngestSpread], windows[PhaseRawSQLPipelined])
 	r.pair(PhaseIngestHot, PhaseIngestSpread, windows[PhaseIngestHot], windows[PhaseIngestSpread])
+	if pooled != nil {
+		r.pair(PhaseIngestSpreadPooled, PhaseIngestSpread, windows[PhaseIngestSpreadPooled], windows[PhaseIngestSpread])
+	}
 	return nil
 }
 
@@ -283,37 +309,51 @@ func (r *run) serialRotation(ctx context.Context, api *apiClient, dbURL string, 
 }
 
 // batchRotation measures raw_copy and ingest_batch in turn, round after
-// round.
-func (r *run) batchRotation(ctx context.Context, api *apiClient, baseURL string, customers []string) error {
+// round, and ingest_batch_pgbouncer through pooled when not nil.
+func (r *run) batchRotation(ctx context.Context, api, pooled *apiClient, baseURL string, customers []string) error {
 	conns, err := connectEach(ctx, baseURL, copyWriters)
 	if err != nil {
 		return err
 	}
 	defer closeAll(conns)
 	names := []string{PhaseRawCopy, PhaseIngestBatch}
-	r.logf("%s: %d rounds of %s windows, %d clients, %d events a call", strings.Join(names, ", "), r.rounds(), r.cfg.Duration,
-		copyWriters, batchSize)
 	rnds := clientRands(copyWriters, 4)
-	windows, err := r.rotate(r.rounds(),
-		member{PhaseRawCopy, func(round int) (loopResult, error) {
+	batches := func(phase, prefix string, api *apiClient) member {
+		return member{phase, func(round int) (loopResult, error) {
+			lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
+				return batchSize, api.do(ctx, http.MethodPost, pathBatch,
+					randomBatch(rnds[c], customers, eventID(prefix+strconv.Itoa(round), c, seq), batchSize))
+			})
+			return lr, loopError(phase, lr)
+		}}
+	}
+	members := []member{
+		{PhaseRawCopy, func(round int) (loopResult, error) {
 			lr := r.rawCopyWindow(ctx, conns, "copy"+strconv.Itoa(round))
 			return lr, loopError(PhaseRawCopy, lr)
 		}},
-		member{PhaseIngestBatch, func(round int) (loopResult, error) {
-			lr := closedLoop(ctx, copyWriters, r.cfg.Duration, 0, func(ctx context.Context, c, seq int) (int, error) {
-				return batchSize, api.do(ctx, http.MethodPost, pathBatch,
-					randomBatch(rnds[c], customers, eventID("b"+strconv.Itoa(round), c, seq), batchSize))
-			})
-			return lr, loopError(PhaseIngestBatch, lr)
-		}})
+		batches(PhaseIngestBatch, "b", api),
+	}
+	if pooled != nil {
+		names = append(names, PhaseIngestBatchPooled)
+		members = append(members, batches(PhaseIngestBatchPooled, "bb", pooled))
+	}
+	r.logf("%s: %d rounds of %s windows, %d clients, %d events a call", strings.Join(names, ", "), r.rounds(), r.cfg.Duration,
+		copyWriters, batchSize)
+	windows, err := r.rotate(r.rounds(), members...)
+	batchNote := fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize)
 	err = r.recordRotation(windows, err, map[string]string{
-		PhaseRawCopy:     r.rotationNote(fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize), names...),
-		PhaseIngestBatch: r.rotationNote(fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize), names...),
+		PhaseRawCopy:           r.rotationNote(fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize), names...),
+		PhaseIngestBatch:       r.rotationNote(batchNote, names...),
+		PhaseIngestBatchPooled: r.rotationNote(batchNote+"; through PgBouncer (transaction mode)", names...),
 	})
 	if err != nil || windows == nil {
 		return err
 	}
 	r.pair(PhaseIngestBatch, PhaseRawCopy, windows[PhaseIngestBatch], windows[PhaseRawCopy])
+	if pooled != nil {
+		r.pair(PhaseIngestBatchPooled, PhaseIngestBatch, windows[PhaseIngestBatchPooled], windows[PhaseIngestBatch])
+	}
 	return nil
 }
 

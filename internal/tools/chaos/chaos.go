@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tally-billing/tally/internal/stripesim"
+	"github.com/tally-billing/tally/internal/tools/pgbouncer"
 	"github.com/tally-billing/tally/internal/tools/proc"
 )
 
@@ -24,6 +25,7 @@ type run struct {
 	rnd      *rand.Rand
 	rndMu    sync.Mutex
 	cluster  *cluster
+	bouncer  *pgbouncer.Bouncer // with Config.PgBouncer
 	dbURL    string
 	binDir   string
 	stack    *stack
@@ -116,9 +118,28 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	r.dbURL = r.cluster.url("tally")
+	env := []string{fmt.Sprintf("TALLY_PERIOD_BUDGET_CENTS=%d", periodBudget)}
+	if r.cfg.PgBouncer {
+		// Fewer server connections than the replicas' pools hold, so that a
+		// client's consecutive transactions land on different ones.
+		b, err := pgbouncer.Start(ctx, pgbouncer.Config{Dir: filepath.Join(r.cfg.WorkDir, "pgbouncer"), Backend: r.dbURL, PoolSize: 12})
+		if err != nil {
+			return err
+		}
+		r.bouncer = b
+		poolerURL, err := b.URL(r.dbURL)
+		if err != nil {
+			return err
+		}
+		env = append(env, "TALLY_POOLER_URL="+poolerURL)
+		r.logf("pools through pgbouncer (transaction mode, 12 server connections) on 127.0.0.1:%d", b.Port)
+	}
 	st, err := newStack(ctx, stackConfig{binDir: r.binDir, logDir: filepath.Join(r.cfg.WorkDir, "logs"),
-		dbURL: r.dbURL, apis: 2, workers: 3, env: []string{fmt.Sprintf("TALLY_PERIOD_BUDGET_CENTS=%d", periodBudget)}})
+		dbURL: r.dbURL, apis: 2, workers: 3, env: env})
 	if err != nil {
+		if r.bouncer != nil {
+			r.bouncer.Stop()
+		}
 		return err
 	}
 	r.stack, r.sim, r.control, r.apis, r.workers, r.apiURLs = st, st.sim, st.control, st.apis, st.workers, st.apiURLs
@@ -130,7 +151,12 @@ func (r *run) startStack(ctx context.Context) error {
 
 func (r *run) all() []*proc.Proc { return r.stack.all() }
 
-func (r *run) stopStack() { r.stack.stop() }
+func (r *run) stopStack() {
+	r.stack.stop()
+	if r.bouncer != nil {
+		r.bouncer.Stop()
+	}
+}
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")

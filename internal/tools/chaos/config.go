@@ -21,6 +21,12 @@ type Config struct {
 	RepoDir string
 	WorkDir string
 
+	// PgBouncer runs the replicas' API and worker pools through a
+	// PgBouncer in transaction mode in front of the run's cluster
+	// (TALLY_POOLER_URL); River's pools, migrate and billingctl stay
+	// direct. Postgres restarts then go on behind the pooler.
+	PgBouncer bool
+
 	// Out receives progress lines and the report.
 	Out io.Writer
 }

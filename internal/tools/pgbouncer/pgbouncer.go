@@ -96,6 +96,8 @@ func Start(ctx context.Context, cfg Config) (*Bouncer, error) {
 	// that trusts loopback; the users it admits are those listed.
 	// ignore_startup_parameters: drivers send extra_float_digits; Tally's
 	// pools send only application_name, which PgBouncer tracks.
+	// server_login_retry: after a failed login to Postgres (a restart) the
+	// pooler refuses every client for this long, 15 s by default.
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
@@ -112,6 +114,7 @@ ignore_startup_parameters = extra_float_digits
 logfile = %s
 pidfile = %s
 admin_users = postgres
+server_login_retry = 1
 log_connections = 0
 log_disconnections = 0
 `, host, backendPort, port, filepath.Join(cfg.Dir, "userlist.txt"), poolSize,
