@@ -221,7 +221,11 @@ func (c *Config) validate() error {
 		}
 	}
 	for _, p := range c.Only {
-		if !slices.Contains(Phases, p) || strings.HasSuffix(p, pooledSuffix) {
+		if direct, ok := strings.CutSuffix(p, pooledSuffix); ok && slices.Contains(Phases, p) {
+			errs = append(errs, fmt.Errorf("unknown phase %q: name %s and add --pgbouncer", p, direct))
+			continue
+		}
+		if !slices.Contains(Phases, p) {
 			errs = append(errs, fmt.Errorf("unknown phase %q: want one of %s", p, strings.Join(Phases, ", ")))
 		}
 	}

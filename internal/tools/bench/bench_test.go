@@ -38,6 +38,10 @@ func TestBenchShort(t *testing.T) {
 
 	require.Empty(t, report.Failures)
 	for _, phase := range Phases {
+		if !cfg.runs(phase) {
+			require.Nil(t, report.Results[phase], "phase %s ran without --pgbouncer", phase)
+			continue
+		}
 		res := report.Results[phase]
 		require.NotNil(t, res, "phase %s has no result", phase)
 		require.Positive(t, res.Count, "phase %s", phase)
@@ -47,7 +51,13 @@ func TestBenchShort(t *testing.T) {
 		require.NotNil(t, report.Results[phase].Latency, "phase %s has no latencies", phase)
 	}
 	require.Positive(t, report.MemoryPeak)
-	require.Len(t, report.Targets, len(ratioTargets)+3) // and ingest_spread p99, usage_query p99, RSS
+	judged := 3 // ingest_spread p99, usage_query p99, RSS
+	for _, rt := range ratioTargets {
+		if !rt.optional {
+			judged++
+		}
+	}
+	require.Len(t, report.Targets, judged, "the targets through PgBouncer are shown only with --pgbouncer")
 	for _, target := range report.Targets {
 		require.NotEqual(t, StatusNotMeasured, target.Status, "target %s", target.Name)
 	}
@@ -110,4 +120,19 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// A phase through PgBouncer runs with --pgbouncer when its direct phase
+// does, and --only cannot name it alone.
+func TestPooledPhases(t *testing.T) {
+	t.Parallel()
+	c := Config{Only: []string{PhaseIngestSpread, PhaseCharges}}
+	require.False(t, c.runs(PhaseIngestSpreadPooled))
+	c.PgBouncer = true
+	require.True(t, c.runs(PhaseIngestSpreadPooled))
+	require.True(t, c.runs(PhaseChargesPooled))
+	require.False(t, c.runs(PhaseIngestBatchPooled), "ingest_batch does not run")
+	c = DefaultConfig()
+	c.AdminURL, c.RepoDir, c.Only = "postgres://x@127.0.0.1/postgres", "/repo", []string{PhaseChargesPooled}
+	require.ErrorContains(t, c.validate(), `unknown phase "charges_pgbouncer": name charges and add --pgbouncer`)
 }
