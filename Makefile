@@ -34,7 +34,7 @@ define fuzz-run
 	done
 endef
 
-.PHONY: help test fuzz scale bench chaos failover vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test fuzz scale bench chaos failover ha-up ha-down vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -69,6 +69,13 @@ failover: ## failover drill: replication stalled, primary killed, standby promot
 	$(GO) run ./tools/chaos --failover $(if $(SEED),--seed $(SEED)) || status=1; \
 	$(GO) run ./tools/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
 	exit $$status
+
+ha-up: ## a pg_auto_failover formation on loopback (.tmp/ha: monitor, primary, 2 secondaries, number_sync_standbys 1; HAFLAGS=--async); prints its multi-host URL
+	bash scripts/ensure-postgres.sh >/dev/null
+	bash scripts/ha.sh up $(HAFLAGS)
+
+ha-down: ## stop the pg_auto_failover formation (its data stays in .tmp/ha; scripts/ha.sh destroy deletes it)
+	bash scripts/ha.sh down
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
