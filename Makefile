@@ -34,7 +34,7 @@ define fuzz-run
 	done
 endef
 
-.PHONY: help test fuzz scale bench chaos failover ha-up ha-down vet lint build run migrate docker clean distclean tools pg pg-stop psql
+.PHONY: help test fuzz scale bench chaos failover ha ha-up ha-down vet lint build run migrate docker clean distclean tools pg pg-stop psql
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-10s %s\n", $$1, $$2 }'
@@ -69,6 +69,10 @@ failover: ## failover drill: replication stalled, primary killed, standby promot
 	$(GO) run ./tools/chaos --failover $(if $(SEED),--seed $(SEED)) || status=1; \
 	$(GO) run ./tools/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
 	exit $$status
+
+ha: ## the chaos run against a pg_auto_failover formation: the primary killed twice and a switchover under load, independent check (SEED=n)
+	bash scripts/ensure-postgres.sh >/dev/null
+	$(GO) run ./tools/chaos --ha $(if $(SEED),--seed $(SEED))
 
 ha-up: ## a pg_auto_failover formation on loopback (.tmp/ha: monitor, primary, 2 secondaries, number_sync_standbys 1; HAFLAGS=--async); prints its multi-host URL
 	bash scripts/ensure-postgres.sh >/dev/null

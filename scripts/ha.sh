@@ -6,6 +6,7 @@
 #                                (replication-quorum false), a commit waits for none
 #   scripts/ha.sh url            the multi-host URL of database tally (target_session_attrs=read-write)
 #   scripts/ha.sh status         pg_autoctl show state
+#   scripts/ha.sh wait [SECONDS] wait until there is a primary and both secondaries are back
 #   scripts/ha.sh kill-primary   SIGKILL the primary's postmaster (the monitor fails over)
 #   scripts/ha.sh switchover     pg_autoctl perform switchover (a planned one)
 #   scripts/ha.sh down           stop every node and the monitor, keep their data
@@ -175,6 +176,7 @@ down() {
 
 case "${1:-}" in
 up) up "${2:-}" ;;
+wait) wait_for healthy "${2:-180}" "a primary and $((${#NODES[@]} - 1)) secondaries" ;;
 url) url ;;
 status) autoctl show state --pgdata "$DIR/monitor" ;;
 kill-primary) kill_primary ;;
@@ -184,5 +186,5 @@ destroy)
   down
   rm -rf "$DIR" "$HA_LINK"
   ;;
-*) die "usage: $0 up [--async] | url | status | kill-primary | switchover | down | destroy" ;;
+*) die "usage: $0 up [--async] | url | status | wait [SECONDS] | kill-primary | switchover | down | destroy" ;;
 esac

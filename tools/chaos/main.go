@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	customers := fs.Int("customers", 0, "override the number of customers")
 	workDir := fs.String("workdir", "", "where binaries, the Postgres cluster and logs go (default .tmp/chaos/<seed>, "+
 		"or .tmp/chaos/failover-<async|sync>-<seed> with --failover)")
+	ha := fs.Bool("ha", false, "run against a pg_auto_failover formation (scripts/ha.sh): the primary killed twice and a switchover")
 	pooler := fs.Bool("pgbouncer", false, "run the replicas' API and worker pools through PgBouncer in transaction mode")
 	failover := fs.Bool("failover", false, "run the failover drill (primary killed after a replication stall, standby promoted) instead")
 	sync := fs.Bool("sync", false, "with --failover: synchronous replication, so no acknowledged write may be lost")
@@ -68,8 +69,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if (*sync || *stall != 0 || *reclose >= 0) && !*failover {
 		return errors.New("--sync, --stall and --reclose-after need --failover")
 	}
-	if *pooler && *failover {
-		return errors.New("--pgbouncer runs the fault-injection run, not the failover drill")
+	if (*pooler || *ha) && *failover {
+		return errors.New("--pgbouncer and --ha run the fault-injection run, not the failover drill")
+	}
+	if *pooler && *ha {
+		return errors.New("--pgbouncer and --ha together: the pooler here takes one backend host, the formation has three")
 	}
 	if *failover {
 		return runFailover(ctx, *seed, *short, *sync, *stall, *reclose, *customers, *workDir, stdout, stderr)
@@ -84,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *customers > 0 {
 		cfg.Customers = *customers
 	}
-	cfg.PgBouncer = *pooler
+	cfg.PgBouncer, cfg.HA = *pooler, *ha
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" {
 		return errors.New("run from inside the Tally repository (go env GOMOD found none)")

@@ -24,7 +24,7 @@ type run struct {
 	cfg      Config
 	rnd      *rand.Rand
 	rndMu    sync.Mutex
-	cluster  *cluster
+	cluster  database           // a private cluster, or the HA formation (Config.HA)
 	bouncer  *pgbouncer.Bouncer // with Config.PgBouncer
 	dbURL    string
 	binDir   string
@@ -88,7 +88,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	if r.cluster, err = startCluster(ctx, cfg.WorkDir); err != nil {
+	if cfg.HA {
+		r.logf("bringing up the pg_auto_failover formation (scripts/ha.sh)")
+		if r.cluster, err = startFormation(ctx, cfg.RepoDir); err != nil {
+			return nil, err
+		}
+	} else if r.cluster, err = startCluster(ctx, cfg.WorkDir); err != nil {
 		return nil, err
 	}
 	defer r.cluster.stop()
@@ -112,13 +117,22 @@ func (r *run) startStack(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = admin.Exec(ctx, "CREATE DATABASE tally")
+	var exists bool // the formation comes with an empty one (scripts/ha.sh up)
+	if err = admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'tally')`).Scan(&exists); err == nil && !exists {
+		_, err = admin.Exec(ctx, "CREATE DATABASE tally")
+	}
 	admin.Close(ctx)
 	if err != nil {
 		return err
 	}
 	r.dbURL = r.cluster.url("tally")
 	env := []string{fmt.Sprintf("TALLY_PERIOD_BUDGET_CENTS=%d", periodBudget)}
+	if _, ok := r.cluster.(*formation); ok {
+		// The formation's nodes keep Postgres's 100 connections: 2 API
+		// replicas × 8 and 3 worker replicas × (10 + River's 8) fit, with
+		// room for replication, the monitor and the run's own.
+		env = append(env, "TALLY_API_DB_MAX_CONNS=8", "TALLY_WORKER_DB_MAX_CONNS=10")
+	}
 	if r.cfg.PgBouncer {
 		// Fewer server connections than the replicas' pools hold, so that a
 		// client's consecutive transactions land on different ones.
@@ -430,15 +444,31 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 		}},
 		{0.47, func() { r.killSwitch(ctx) }},
 		{0.50, func() { r.rePutRecharge(context.WithoutCancel(ctx), r.rechargers, customers) }},
-		{0.55, func() {
-			r.logf("restarting Postgres")
-			if err := r.cluster.restart(context.Background()); err != nil {
-				r.logf("postgres restart failed: %v", err)
-				return
-			}
-			r.fault("postgres restart")
-		}},
+		{0.55, func() { r.restartPostgres() }},
 		{0.80, func() { r.closeAll(ctx, customers, periods[1:2]) }},
+	}
+	if f, ok := r.cluster.(*formation); ok {
+		// The formation's primary is killed at 55% (restartPostgres), again
+		// at 65% once the old one rejoined, and handed over in a planned
+		// switchover at 75%, while the load and the first period's charges
+		// run.
+		steps = append(steps[:len(steps)-1],
+			struct {
+				at float64
+				do func()
+			}{0.65, func() { r.restartPostgres() }},
+			struct {
+				at float64
+				do func()
+			}{0.75, func() {
+				r.logf("switchover")
+				if err := f.switchover(context.Background()); err != nil {
+					r.logf("switchover failed: %v", err)
+					return
+				}
+				r.fault("switchover")
+			}},
+			steps[len(steps)-1])
 	}
 	for _, s := range steps {
 		for float64(r.workDone.Load()) < s.at*float64(r.workTotal) {
@@ -450,6 +480,21 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 		}
 		s.do()
 	}
+}
+
+// restartPostgres is the run's Postgres fault: the cluster restarted, or the
+// formation's primary killed (a failover).
+func (r *run) restartPostgres() {
+	name := "postgres restart"
+	if _, ok := r.cluster.(*formation); ok {
+		name = "primary killed"
+	}
+	r.logf("%s", name)
+	if err := r.cluster.restart(context.Background()); err != nil {
+		r.logf("%s failed: %v", name, err)
+		return
+	}
+	r.fault(name)
 }
 
 // killSwitch pauses charging with billingctl, checks that the simulator

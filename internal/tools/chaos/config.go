@@ -27,6 +27,12 @@ type Config struct {
 	// direct. Postgres restarts then go on behind the pooler.
 	PgBouncer bool
 
+	// HA runs against the pg_auto_failover formation of scripts/ha.sh (a
+	// primary and two synchronous secondaries, reached by a multi-host URL)
+	// instead of a private cluster: the Postgres fault becomes the
+	// primary killed, twice, and a planned switchover.
+	HA bool
+
 	// Out receives progress lines and the report.
 	Out io.Writer
 }
