@@ -68,29 +68,7 @@ ensure_deb() {
     return 0
   fi
   log "installing $name (Debian package) for $why"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$name" >/dev/null 2>&1 ||
-    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$name" >/dev/null; }
-}
-
-# ensure_pgbouncer installs Debian's pgbouncer (the tests run Tally's pools through it in
-# transaction mode) without starting the system service its package sets up: the tests start
-# their own on loopback ports, as the postgres user.
-ensure_pgbouncer() {
-  if command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; then
-    return 0
-  fi
-  log "installing pgbouncer (Debian package) for the pooler tests"
-  local policy=/usr/sbin/policy-rc.d created=0
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" # 101: maintainer scripts start no service
-    chmod 755 "$policy"
-    created=1
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer >/dev/null 2>&1 ||
-    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
-  if [[ $created -eq 1 ]]; then
-    rm -f "$policy"
-  fi
+  apt_install "$name"
 }
 
 case "${1:-test}" in
@@ -102,7 +80,9 @@ test)
   ensure_promtool
   ensure_deb chromium "the browser tests"
   ensure_deb poppler-utils "the statement's PDF test" pdftotext
-  ensure_pgbouncer
+  # pgbouncer: the tests run Tally's pools through it in transaction mode, starting their own on
+  # loopback ports as the postgres user (apt_install starts no service of the package's).
+  ensure_deb pgbouncer "the pooler tests" /usr/sbin/pgbouncer
   ;;
 lint)
   install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint v2.15.0

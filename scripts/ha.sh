@@ -65,15 +65,7 @@ ensure_pg_autoctl() {
   [[ -n $bindir ]] || die "no PostgreSQL binaries: run scripts/ensure-postgres.sh first"
   major="$(basename "$(dirname "$bindir")")"
   log "installing postgresql-$major-auto-failover (Debian package)"
-  local policy=/usr/sbin/policy-rc.d created=0
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" # 101: maintainer scripts start no service
-    chmod 755 "$policy"
-    created=1
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "postgresql-$major-auto-failover" >/dev/null 2>&1 ||
-    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "postgresql-$major-auto-failover" >/dev/null; }
-  [[ $created -eq 1 ]] && rm -f "$policy"
+  apt_install "postgresql-$major-auto-failover"
   command -v pg_autoctl >/dev/null || die "pg_autoctl still not found after installing"
 }
 

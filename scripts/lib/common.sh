@@ -13,3 +13,22 @@ die() {
 
 # port_in_use HOST:PORT: succeeds if something accepts TCP connections there.
 port_in_use() { (: <>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+
+# apt_install PACKAGE...: apt-get install Debian's PACKAGEs quietly (an apt-get update first only
+# when the install fails), with no service of theirs started: policy-rc.d answers 101 to their
+# maintainer scripts while they install, unless one is already in place.
+apt_install() {
+  local policy=/usr/sbin/policy-rc.d created=0 status=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    created=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; } ||
+    status=$?
+  if [[ $created -eq 1 ]]; then
+    rm -f "$policy"
+  fi
+  return "$status"
+}
