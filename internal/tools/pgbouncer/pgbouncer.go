@@ -37,9 +37,8 @@ type Config struct {
 
 // Bouncer is a running pooler.
 type Bouncer struct {
-	Port    int
-	p       *proc.Proc
-	backend *url.URL
+	Port int
+	p    *proc.Proc
 }
 
 // Bin returns the pgbouncer binary: $PGBOUNCER_BIN, else pgbouncer on the
@@ -135,7 +134,7 @@ log_disconnections = 0
 	if err := p.Start(); err != nil {
 		return nil, err
 	}
-	b := &Bouncer{Port: port, p: p, backend: backend}
+	b := &Bouncer{Port: port, p: p}
 	if err := b.waitListening(ctx, 30*time.Second); err != nil {
 		b.Stop()
 		return nil, err
