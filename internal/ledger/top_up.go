@@ -302,9 +302,13 @@ INSERT INTO billing.top_ups (customer_id, top_up_id, source, status, amount_cent
 SELECT customer_id, $2, $3, 'pending', $4, currency, $5, $6, $7, stripe_customer_id, stripe_payment_method_id, $8, $9,
        $10, $11, $10
 FROM billing.customers WHERE customer_id = $1
-ON CONFLICT (customer_id, top_up_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id`, want.CustomerID, want.TopUpID, want.Source, want.AmountCents, want.Category, want.Priority,
 		want.GrantExpiresAt, TopUpKey(l.Namespace(), want.CustomerID, want.TopUpID), l.Namespace(), now, want.CreatedBy).Scan(&id)
+	// ON CONFLICT names no index: the top-up key is unique too and derived
+	// from (customer_id, top_up_id), and a concurrent post of the same
+	// top-up can meet it first, which a conflict target of (customer_id,
+	// top_up_id) alone turns into an error (TestTopUpCreateConcurrent).
 	created := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("error inserting top-up: %w", err)
