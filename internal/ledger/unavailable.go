@@ -14,7 +14,8 @@ import (
 // fault of the request or of Tally: a connection refused or cut, a server
 // shutting down, crashed or starting (57P01–57P03), too many connections
 // (53300), a statement past its deadline (a server that stopped answering),
-// a standby that refuses writes (25006: a failover under way, the
+// a connection the driver found closed (its backend terminated), a
+// standby that refuses writes (25006: a failover under way, the
 // connection on the old primary), or a pooler in front of Postgres that
 // cannot reach it (class 08, which PgBouncer uses for "server login has
 // been failing" and its other refusals). Nothing was acknowledged, and the
@@ -37,5 +38,6 @@ func Unavailable(err error) bool {
 	var netErr *net.OpError
 	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, context.DeadlineExceeded) // a server that stopped answering (the ingest group's bound)
 }

@@ -31,6 +31,7 @@ func TestUnavailable(t *testing.T) {
 		"refused":                   {&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
 		"cut mid-answer":            {fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), true},
 		"no answer in time":         {fmt.Errorf("group: %w", context.DeadlineExceeded), true},
+		"connection already closed": {fmt.Errorf("error voiding event: %w", pgconn.ErrConnClosed), true},
 		"unique violation":          {&pgconn.PgError{Code: "23505"}, false},
 		"deadlock":                  {&pgconn.PgError{Code: "40P01"}, false},
 		"check violation":           {&pgconn.PgError{Code: "23514"}, false},
