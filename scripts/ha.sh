@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # A pg_auto_failover formation on loopback, for trying Tally under automatic failover:
-#   scripts/ha.sh up [--async]   a monitor and three Postgres nodes (a primary, two secondaries);
-#                                synchronous: number_sync_standbys 1, a commit waits for one
-#                                secondary; --async: the secondaries take no part in the quorum
-#                                (replication-quorum false), a commit waits for none
+#   scripts/ha.sh up [--async]   a monitor and two Postgres nodes, a primary and a secondary;
+#                                synchronous: a commit waits for the secondary while it is healthy
+#                                (number_sync_standbys 0, synchronous_standby_names '*'); --async:
+#                                the secondary takes no part in the quorum (replication-quorum
+#                                false), a commit waits for nothing. TALLY_HA_NODES=3: two
+#                                secondaries and number_sync_standbys 1 (see docs/reliability.md:
+#                                pg_auto_failover 2.0 can leave that shape without a primary)
 #   scripts/ha.sh url            the multi-host URL of database tally (target_session_attrs=read-write)
 #   scripts/ha.sh status         pg_autoctl show state
-#   scripts/ha.sh wait [SECONDS] wait until there is a primary and both secondaries are back
-#   scripts/ha.sh kill-primary   SIGKILL the primary's postmaster (the monitor fails over)
+#   scripts/ha.sh monitor-url    the URL of the monitor's database (pgautofailover.node lists the nodes)
+#   scripts/ha.sh wait [SECONDS] wait until there is a primary and every secondary is back
+#   scripts/ha.sh kill-primary   the primary's node dies: SIGKILL to its pg_autoctl keeper and its
+#                                postmaster; prints the node's name (the monitor fails over)
+#   scripts/ha.sh wait-failover NAME [SECONDS]
+#                                wait until a node other than NAME takes writes (primary or
+#                                wait_primary on the monitor)
+#   scripts/ha.sh start          start the keeper of every node not running (a dead node rejoins)
 #   scripts/ha.sh switchover     pg_autoctl perform switchover (a planned one)
 #   scripts/ha.sh down           stop every node and the monitor, keep their data
 #   scripts/ha.sh destroy        down, then delete the formation
 # Installs Debian's postgresql-<major>-auto-failover when pg_autoctl is missing (root, without
 # starting any service). Runs everything as user postgres when root. The formation lives in
 # .tmp/ha (a symlink to /tmp/tally-ha-<repo hash> when user postgres cannot reach .tmp); ports from
-# TALLY_HA_PORT (default 56000: the monitor; 56001-56003 the nodes). Logs: .tmp/ha/<name>.log.
+# TALLY_HA_PORT (default 56000: the monitor; 56001, 56002 (, 56003) the nodes). Logs:
+# .tmp/ha/<name>.log.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -25,7 +35,11 @@ source "$REPO_ROOT/scripts/lib/pg-common.sh"
 HA_LINK="$TMP_DIR/ha"
 HA_ALT="/tmp/tally-ha-$(printf '%s' "$REPO_ROOT" | sha256sum | cut -c1-12)"
 BASE_PORT="${TALLY_HA_PORT:-56000}"
-NODES=(node1 node2 node3)
+case "${TALLY_HA_NODES:-2}" in
+2) NODES=(node1 node2) ;;
+3) NODES=(node1 node2 node3) ;;
+*) die "TALLY_HA_NODES must be 2 or 3" ;;
+esac
 
 # The formation's directory, created on first use where user postgres can write.
 ha_dir() {
@@ -126,15 +140,17 @@ up() {
     # One at a time: a node joins as secondary once the one before it is up.
     wait_for "[[ \$(states | grep -c -E ' (single|primary|wait_primary|secondary)\$') -ge $i ]]" 180 "$name"
   done
-  wait_for healthy 180 "a primary and $((${#NODES[@]} - 1)) secondaries"
+  wait_healthy 180
+  # number_sync_standbys 1 needs two secondaries in the quorum; with one, 0 still makes every
+  # commit wait for it while it is healthy.
   local want=0
-  [[ $async -eq 0 ]] && want=1
+  [[ $async -eq 0 && ${#NODES[@]} -eq 3 ]] && want=1
   if [[ $(autoctl get formation number-sync-standbys --pgdata "$DIR/monitor" 2>/dev/null) != "$want" ]]; then
     autoctl set formation number-sync-standbys "$want" --pgdata "$DIR/monitor" >>"$(logfile monitor)" 2>&1
   fi
   as_pg psql "$(url postgres)" -X -Atc "SELECT 1 FROM pg_database WHERE datname = 'tally'" | grep -q 1 ||
     as_pg psql "$(url postgres)" -X -Atc "CREATE DATABASE tally" >/dev/null
-  log "formation up ($([[ $async -eq 1 ]] && echo asynchronous || echo 'synchronous, number_sync_standbys 1')): $(url)"
+  log "formation up (${#NODES[@]} nodes, $([[ $async -eq 1 ]] && echo asynchronous || echo "synchronous, number_sync_standbys $want")): $(url)"
 }
 
 # url [DB]: the multi-host URL of database DB (default tally) that always reaches the primary.
@@ -146,14 +162,34 @@ url() {
   printf 'postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write\n' "$hosts" "${1:-tally}"
 }
 
+# kill_primary: the primary's node dies at once, as a machine would: SIGKILL to its keeper (so
+# nothing restarts Postgres in place) and to its postmaster. A SIGKILL of the postmaster alone is
+# not a failover: the keeper restarts Postgres within a second (docs/reliability.md).
 kill_primary() {
-  local name
+  local name run pids
   name="$(states | awk '$2 == "primary" { print $1 }')"
   [[ -n $name ]] || die "no primary"
-  local pid
-  pid="$(head -1 "$DIR/$name/postmaster.pid")"
-  log "SIGKILL to $name's postmaster (pid $pid)"
-  kill -9 "$pid"
+  run="$(pgrep -f "pg_autoctl run --pgdata $DIR/$name\$" || true)"
+  [[ -n $run ]] || die "$name's keeper is not running"
+  pids="$run $(pgrep -P "$run" | tr '\n' ' ')$(head -1 "$DIR/$name/postmaster.pid" 2>/dev/null || true)"
+  log "SIGKILL to $name's keeper and postmaster (pids $pids)"
+  # shellcheck disable=SC2086 # a list of pids
+  kill -9 $pids 2>/dev/null || true
+  printf '%s\n' "$name"
+}
+
+# has_new_primary NAME: a node other than NAME takes writes.
+has_new_primary() {
+  states | awk -v dead="$1" '$1 != dead && ($2 == "primary" || $2 == "wait_primary") { found = 1 } END { exit !found }'
+}
+
+start() {
+  local name
+  run_keeper monitor
+  for name in "${NODES[@]}"; do
+    [[ -d $DIR/$name ]] && run_keeper "$name"
+  done
+  return 0
 }
 
 down() {
@@ -163,20 +199,50 @@ down() {
       autoctl stop --pgdata "$DIR/$name" >/dev/null 2>&1 || true
     fi
   done
+  # What a stop could not reach (a keeper stuck, a postmaster left by a killed keeper).
+  pkill -9 -f "pg_autoctl run --pgdata $DIR/" 2>/dev/null || true
+  local pid
+  for name in "${NODES[@]}" monitor; do
+    pid="$(head -1 "$DIR/$name/postmaster.pid" 2>/dev/null || true)"
+    if [[ -n $pid ]]; then kill -INT "$pid" 2>/dev/null || true; fi
+  done
   log "formation stopped (data kept in $DIR)"
+}
+
+# wait_healthy SECONDS: wait until the formation is healthy. A node that rejoins takes a base backup
+# of the primary, and pg_basebackup waits for a spread checkpoint there (up to
+# checkpoint_completion_target × checkpoint_timeout, 4.5 min by default, under load): a CHECKPOINT
+# on the primary every 5 s while some node is not back makes it immediate, as an operator would.
+wait_healthy() {
+  local deadline=$((SECONDS + $1)) port
+  until healthy; do
+    ((SECONDS < deadline)) || die "timed out waiting for a primary and $((${#NODES[@]} - 1)) secondaries (logs in $DIR)"
+    if ((SECONDS % 5 == 0)); then
+      port="$(as_pg psql "$(monitor_url)" -X -At -c \
+        "SELECT nodeport FROM pgautofailover.node WHERE reportedstate IN ('primary', 'wait_primary') LIMIT 1" 2>/dev/null || true)"
+      [[ -n $port ]] && as_pg psql "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable" -X -q -c CHECKPOINT >/dev/null 2>&1
+    fi
+    sleep 1
+  done
 }
 
 case "${1:-}" in
 up) up "${2:-}" ;;
-wait) wait_for healthy "${2:-180}" "a primary and $((${#NODES[@]} - 1)) secondaries" ;;
+wait) wait_healthy "${2:-180}" ;;
 url) url ;;
+monitor-url) monitor_url ;;
 status) autoctl show state --pgdata "$DIR/monitor" ;;
 kill-primary) kill_primary ;;
+wait-failover)
+  [[ -n ${2:-} ]] || die "usage: $0 wait-failover NAME [SECONDS]"
+  wait_for "has_new_primary '$2'" "${3:-180}" "a primary other than $2"
+  ;;
+start) start ;;
 switchover) autoctl perform switchover --pgdata "$DIR/monitor" ;;
 down) down ;;
 destroy)
   down
   rm -rf "$DIR" "$HA_LINK"
   ;;
-*) die "usage: $0 up [--async] | url | status | wait [SECONDS] | kill-primary | switchover | down | destroy" ;;
+*) die "usage: $0 up [--async] | url | monitor-url | status | wait [SECONDS] | kill-primary | wait-failover NAME [SECONDS] | start | switchover | down | destroy" ;;
 esac

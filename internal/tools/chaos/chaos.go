@@ -38,6 +38,7 @@ type run struct {
 
 	faultsMu sync.Mutex
 	faults   map[string]int
+	outages  []string // each database fault as the producers saw it (Config.HA)
 
 	// pauseLeaks counts PaymentIntents created while charging was paused,
 	// after the grace for calls already past their claim: a violation.
@@ -90,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.HA {
 		r.logf("bringing up the pg_auto_failover formation (scripts/ha.sh)")
-		if r.cluster, err = startFormation(ctx, cfg.RepoDir); err != nil {
+		if r.cluster, err = startFormation(ctx, cfg.RepoDir, false); err != nil {
 			return nil, err
 		}
 	} else if r.cluster, err = startCluster(ctx, cfg.WorkDir); err != nil {
@@ -158,6 +159,11 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	r.stack, r.sim, r.control, r.apis, r.workers, r.apiURLs = st, st.sim, st.control, st.apis, st.workers, st.apiURLs
 	r.producer = st.newProducer()
+	if r.cfg.HA {
+		// A failover takes the monitor's timeouts (about 50 s here): the
+		// producers retry for longer, as the README tells producers to.
+		r.producer.retryFor = 3 * time.Minute
+	}
 	r.producer.voidEvery = chaosVoidEvery
 	r.logf("stack up: api %v, simulator %s, database %s", r.apiURLs, r.control.BaseURL, r.dbURL)
 	return nil
@@ -365,6 +371,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	return &Report{
 		EventPosts: stats.posts.Load(), HTTPRequests: stats.sent.Load(), EventsAcked: len(acked),
 		EventsInLedger: inLedger, VoidsAcked: len(voided), VoidsInLedger: voids, Rejected: stats.rejected, Responses: stats.responses, Faults: r.faults,
+		Outages: r.outages,
 		Charges: byStatus, PaymentIntents: len(pis), Lines: lines, Credits: credits, TopUps: topUpCounts, Violations: violations,
 	}, nil
 }
@@ -462,11 +469,14 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 				do func()
 			}{0.75, func() {
 				r.logf("switchover")
+				inFlight := r.chargesInFlight()
+				r.producer.stats.outageBegin()
 				if err := f.switchover(context.Background()); err != nil {
 					r.logf("switchover failed: %v", err)
 					return
 				}
 				r.fault("switchover")
+				r.outage("switchover", inFlight)
 			}},
 			steps[len(steps)-1])
 	}
@@ -485,16 +495,106 @@ func (r *run) milestones(ctx context.Context, customers []string, periods []time
 // restartPostgres is the run's Postgres fault: the cluster restarted, or the
 // formation's primary killed (a failover).
 func (r *run) restartPostgres() {
+	_, ha := r.cluster.(*formation)
 	name := "postgres restart"
-	if _, ok := r.cluster.(*formation); ok {
+	if ha {
 		name = "primary killed"
 	}
 	r.logf("%s", name)
-	if err := r.cluster.restart(context.Background()); err != nil {
+	if !ha {
+		if err := r.cluster.restart(context.Background(), func() {}); err != nil {
+			r.logf("%s failed: %v", name, err)
+			return
+		}
+		r.fault(name)
+		return
+	}
+	inFlight := r.chargesInFlight()
+	if err := r.cluster.restart(context.Background(), r.producer.stats.outageBegin); err != nil {
 		r.logf("%s failed: %v", name, err)
 		return
 	}
 	r.fault(name)
+	r.outage(name, inFlight)
+}
+
+// chargesInFlight returns the charges being charged now (pending, unknown
+// or processing), for an outage to follow; nil when the read fails.
+func (r *run) chargesInFlight() []int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.dbURL)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id FROM billing.charges WHERE status IN ('pending', 'unknown', 'processing')`)
+	if err != nil {
+		return nil
+	}
+	ids, _ := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids
+}
+
+// settledAfter waits up to three minutes until none of the charges ids is
+// pending, unknown or processing any more, and returns when that was.
+func (r *run) settledAfter(ids []int64) (time.Time, bool) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var open int
+		conn, err := pgx.Connect(ctx, r.dbURL)
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM billing.charges WHERE id = ANY($1) AND status IN ('pending', 'unknown', 'processing')`, ids).Scan(&open)
+			conn.Close(ctx)
+		}
+		cancel()
+		if err == nil && open == 0 {
+			return time.Now(), true
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+// outage ends the measure of the database fault name, begun with
+// loadStats.outageBegin, waiting up to a minute for the first
+// acknowledgement, then for the charges inFlight at the fault to settle,
+// and records it for the report.
+func (r *run) outage(name string, inFlight []int64) {
+	at := time.Now()
+	r.producer.stats.mu.Lock()
+	if o := r.producer.stats.outage; o != nil {
+		at = o.at
+	}
+	r.producer.stats.mu.Unlock()
+	line := ""
+	for deadline := time.Now().Add(time.Minute); ; {
+		r.producer.stats.mu.Lock()
+		acked := r.producer.stats.outage != nil && !r.producer.stats.outage.firstAck.IsZero()
+		r.producer.stats.mu.Unlock()
+		if acked || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wait, refused, ok := r.producer.stats.outageEnd()
+	if ok {
+		line = fmt.Sprintf("%s: first acknowledged write %.1f s after it; refused meanwhile: %s", name, wait.Seconds(), formatCounts(refused))
+	} else {
+		line = fmt.Sprintf("%s: no acknowledged write within a minute of its end; refused: %s", name, formatCounts(refused))
+	}
+	if len(inFlight) > 0 {
+		if done, ok := r.settledAfter(inFlight); ok {
+			line += fmt.Sprintf("; %d charges in flight at the fault, all settled %.1f s after it", len(inFlight), done.Sub(at).Seconds())
+		} else {
+			line += fmt.Sprintf("; %d charges in flight at the fault, not all settled within 3 min of its end", len(inFlight))
+		}
+	}
+	r.logf("%s", line)
+	r.faultsMu.Lock()
+	defer r.faultsMu.Unlock()
+	r.outages = append(r.outages, line)
 }
 
 // killSwitch pauses charging with billingctl, checks that the simulator

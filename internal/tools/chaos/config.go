@@ -28,7 +28,7 @@ type Config struct {
 	PgBouncer bool
 
 	// HA runs against the pg_auto_failover formation of scripts/ha.sh (a
-	// primary and two synchronous secondaries, reached by a multi-host URL)
+	// primary and a synchronous secondary, reached by a multi-host URL)
 	// instead of a private cluster: the Postgres fault becomes the
 	// primary killed, twice, and a planned switchover.
 	HA bool

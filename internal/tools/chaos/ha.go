@@ -14,15 +14,16 @@ type database interface {
 	adminURL() string
 	url(db string) string
 	// restart is the run's Postgres fault: the cluster restarted, or the
-	// formation's primary killed; it returns once the database takes
-	// writes again (the formation: a primary and both secondaries back).
-	restart(ctx context.Context) error
+	// formation's primary killed; it calls down when the database stops
+	// taking writes and returns once it takes them again (the formation: a
+	// primary and its secondary back).
+	restart(ctx context.Context, down func()) error
 	stop()
 }
 
 // formation is the pg_auto_failover formation of scripts/ha.sh (make ha-up):
-// a monitor, a primary and two secondaries on loopback, synchronous
-// (number_sync_standbys 1). Every process of the run reaches it through the
+// a monitor, a primary and a secondary on loopback, synchronous while the
+// secondary is healthy. Every process of the run reaches it through the
 // multi-host URL with target_session_attrs=read-write, so a failover needs
 // nothing of them.
 type formation struct {
@@ -31,13 +32,17 @@ type formation struct {
 }
 
 // startFormation destroys any formation left in .tmp/ha and brings up a
-// fresh one (a minute at most on this machine).
-func startFormation(ctx context.Context, repoDir string) (*formation, error) {
+// fresh one, synchronous unless async (a minute at most on this machine).
+func startFormation(ctx context.Context, repoDir string, async bool) (*formation, error) {
 	f := &formation{repoDir: repoDir}
 	if _, err := f.script(ctx, "destroy"); err != nil {
 		return nil, err
 	}
-	if _, err := f.script(ctx, "up"); err != nil {
+	up := []string{"up"}
+	if async {
+		up = append(up, "--async")
+	}
+	if _, err := f.script(ctx, up...); err != nil {
 		return nil, err
 	}
 	out, err := f.script(ctx, "url")
@@ -67,18 +72,27 @@ func (f *formation) adminURL() string { return f.url("postgres") }
 
 func (f *formation) url(db string) string { return strings.Replace(f.tally, "/tally?", "/"+db+"?", 1) }
 
-// restart kills the primary's postmaster (SIGKILL) and waits until the
-// monitor has promoted a secondary and the old primary has rejoined.
-func (f *formation) restart(ctx context.Context) error {
-	if _, err := f.script(ctx, "kill-primary"); err != nil {
+// restart kills the primary's node (SIGKILL to its keeper and postmaster),
+// waits until the monitor has promoted the secondary, then starts the dead
+// node's keeper again and waits until it has rejoined as the secondary.
+func (f *formation) restart(ctx context.Context, down func()) error {
+	out, err := f.script(ctx, "kill-primary")
+	if err != nil {
 		return err
 	}
-	_, err := f.script(ctx, "wait", "180")
+	down()
+	if _, err := f.script(ctx, "wait-failover", strings.TrimSpace(out), "300"); err != nil {
+		return err
+	}
+	if _, err := f.script(ctx, "start"); err != nil {
+		return err
+	}
+	_, err = f.script(ctx, "wait", "300")
 	return err
 }
 
 // switchover is a planned failover (pg_autoctl perform switchover), then the
-// wait for both secondaries.
+// wait for the secondary.
 func (f *formation) switchover(ctx context.Context) error {
 	if _, err := f.script(ctx, "switchover"); err != nil {
 		return err

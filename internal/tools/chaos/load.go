@@ -73,6 +73,63 @@ type loadStats struct {
 	rejected  map[string]int   // reason → events
 	voided    map[string]bool  // customer/event → its void acknowledged with 2xx
 	voidLost  map[string]bool  // customer/event → its void's answer never came (it may have landed)
+	outage    *outage          // the database fault being measured, or nil
+}
+
+// outage is one database fault as the producers saw it: when it began, the
+// first acknowledgement of a request sent after that, and the answers
+// refused in between ("503 database_unavailable", "network error").
+type outage struct {
+	at       time.Time
+	firstAck time.Time
+	refused  map[string]int
+}
+
+// outageBegin starts measuring a database fault that begins now.
+func (s *loadStats) outageBegin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outage = &outage{at: time.Now(), refused: map[string]int{}}
+}
+
+// outageEnd stops measuring and returns how long after the fault the first
+// request sent after it was acknowledged (false: none yet) and what was
+// refused meanwhile.
+func (s *loadStats) outageEnd() (time.Duration, map[string]int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outage
+	s.outage = nil
+	if o == nil || o.firstAck.IsZero() {
+		return 0, o.refusedOrNil(), false
+	}
+	return o.firstAck.Sub(o.at), o.refused, true
+}
+
+func (o *outage) refusedOrNil() map[string]int {
+	if o == nil {
+		return nil
+	}
+	return o.refused
+}
+
+// answered records, for the outage being measured, a request sent at sent
+// and answered with status and code (status 0: a network error).
+func (s *loadStats) answered(sent time.Time, status int, code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outage
+	if o == nil || sent.Before(o.at) || !o.firstAck.IsZero() {
+		return
+	}
+	switch {
+	case status == 0:
+		o.refused["network error"]++
+	case status >= 500:
+		o.refused[fmt.Sprintf("%d %s", status, code)]++
+	case status < 300:
+		o.firstAck = time.Now()
+	}
 }
 
 func newLoadStats() *loadStats {
@@ -109,7 +166,14 @@ type producer struct {
 	// voidEvery, when set, voids about one acknowledged event in
 	// voidEvery (chosen by its id), right after its acknowledgement.
 	voidEvery uint32
+	// retryFor is how long a request is retried on a network error or a
+	// 5xx before the producer gives up on it (postRetryFor when zero).
+	retryFor time.Duration
 }
+
+// postRetryFor is how long a producer retries a request by default: past a
+// Postgres restart and a replica's kill.
+const postRetryFor = 10 * time.Second
 
 type apiAnswer struct {
 	status  int
@@ -121,15 +185,17 @@ type apiAnswer struct {
 	}
 }
 
-const postAttemptsMax = 12
-
 func (p *producer) do(ctx context.Context, method, path string, replica int, body any) (apiAnswer, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return apiAnswer{}, err
 	}
+	retryFor := p.retryFor
+	if retryFor == 0 {
+		retryFor = postRetryFor
+	}
 	var lastErr error
-	for attempt := range postAttemptsMax {
+	for attempt, start := 0, time.Now(); attempt == 0 || time.Since(start) < retryFor; attempt++ {
 		base := p.apis[(replica+attempt)%len(p.apis)]
 		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(payload))
 		if err != nil {
@@ -138,6 +204,7 @@ func (p *producer) do(ctx context.Context, method, path string, replica int, bod
 		req.Header.Set("Authorization", "Bearer "+p.key)
 		req.Header.Set("Content-Type", "application/json")
 		p.stats.sent.Add(1)
+		sent := time.Now()
 		resp, err := p.client.Do(req)
 		if err == nil {
 			raw, _ := io.ReadAll(resp.Body)
@@ -154,12 +221,14 @@ func (p *producer) do(ctx context.Context, method, path string, replica int, bod
 			_ = json.Unmarshal(raw, &parsed)
 			ans.status, ans.code, ans.version, ans.items = resp.StatusCode, parsed.Code, parsed.Version, parsed.Items
 			p.stats.response(resp.StatusCode, parsed.Code)
+			p.stats.answered(sent, resp.StatusCode, parsed.Code)
 			if resp.StatusCode < 500 {
 				return ans, nil
 			}
 			lastErr = fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, parsed.Code)
 		} else {
 			lastErr = err
+			p.stats.answered(sent, 0, "")
 		}
 		if ctx.Err() != nil {
 			return apiAnswer{}, ctx.Err()

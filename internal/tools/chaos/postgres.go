@@ -176,7 +176,10 @@ func (c *cluster) pgctl(ctx context.Context, action string, extra ...string) err
 }
 
 // restart stops the cluster fast (every connection dies) and starts it.
-func (c *cluster) restart(ctx context.Context) error { return c.pgctl(ctx, "restart", "-m", "fast") }
+func (c *cluster) restart(ctx context.Context, down func()) error {
+	down()
+	return c.pgctl(ctx, "restart", "-m", "fast")
+}
 
 // stop stops the cluster; it is called on every exit path.
 func (c *cluster) stop() {

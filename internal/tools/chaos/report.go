@@ -23,6 +23,7 @@ type Report struct {
 	Rejected       map[string]int // reason → events
 	Responses      map[string]int // "status code" → responses
 	Faults         map[string]int // fault → count
+	Outages        []string       // each database fault as the producers saw it (HA runs)
 	Charges        map[string]int // status → charges
 	PaymentIntents int
 	Lines          map[string]int // charge lines rated again and checked, by what they cover
@@ -70,6 +71,10 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "rejected by reason   %s\n", formatCounts(r.Rejected))
 	fmt.Fprintf(w, "responses            %s\n", formatCounts(r.Responses))
 	fmt.Fprintf(w, "faults injected      %s\n", formatCounts(r.Faults))
+	if len(r.Outages) > 0 {
+		fmt.Fprintf(w, "database faults      %d, as the producers saw them:\n", len(r.Outages))
+		writeList(w, r.Outages, 10)
+	}
 	fmt.Fprintf(w, "charges by status    %s\n", formatCounts(r.Charges))
 	fmt.Fprintf(w, "charge lines         %d rated again from the events and matched to the cent: %s\n", r.LinesChecked(),
 		formatCounts(r.Lines))
