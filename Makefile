@@ -70,11 +70,14 @@ failover: ## failover drill: replication stalled, primary killed, standby promot
 	$(GO) run ./tools/chaos --failover --sync $(if $(SEED),--seed $(SEED)) || status=1; \
 	exit $$status
 
-ha: ## the chaos run against a pg_auto_failover formation: the primary killed twice and a switchover under load, independent check (SEED=n)
+ha: ## pg_auto_failover: the chaos run (sync; the primary's node killed twice, a switchover), then the async failover drill (SEED=n)
 	bash scripts/ensure-postgres.sh >/dev/null
-	$(GO) run ./tools/chaos --ha $(if $(SEED),--seed $(SEED))
+	status=0; \
+	$(GO) run ./tools/chaos --ha $(if $(SEED),--seed $(SEED)) || status=1; \
+	$(GO) run ./tools/chaos --failover --ha $(if $(SEED),--seed $(SEED)) || status=1; \
+	exit $$status
 
-ha-up: ## a pg_auto_failover formation on loopback (.tmp/ha: monitor, primary, 2 secondaries, number_sync_standbys 1; HAFLAGS=--async); prints its multi-host URL
+ha-up: ## a pg_auto_failover formation on loopback (.tmp/ha: monitor, primary, synchronous secondary; HAFLAGS=--async); prints its multi-host URL
 	bash scripts/ensure-postgres.sh >/dev/null
 	bash scripts/ha.sh up $(HAFLAGS)
 

@@ -17,6 +17,13 @@
 //	go run ./tools/chaos --failover         asynchronous replication (lossy), long variant (make failover)
 //	go run ./tools/chaos --failover --sync  synchronous replication: nothing acknowledged may be lost
 //	go run ./tools/chaos --failover --short --stall 6s
+//
+// With --ha the fault-injection run (sync) or the failover drill (async
+// unless --sync) runs against the pg_auto_failover formation of
+// scripts/ha.sh, whose monitor promotes the secondary (make ha runs both).
+//
+//	go run ./tools/chaos --ha               the primary's node killed twice and a switchover under load
+//	go run ./tools/chaos --failover --ha    the asynchronous formation: replication stalled, the primary's node killed
 package main
 
 import (
@@ -54,7 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	customers := fs.Int("customers", 0, "override the number of customers")
 	workDir := fs.String("workdir", "", "where binaries, the Postgres cluster and logs go (default .tmp/chaos/<seed>, "+
 		"or .tmp/chaos/failover-<async|sync>-<seed> with --failover)")
-	ha := fs.Bool("ha", false, "run against a pg_auto_failover formation (scripts/ha.sh): the primary killed twice and a switchover")
+	ha := fs.Bool("ha", false, "run against a pg_auto_failover formation (scripts/ha.sh): the primary killed twice and a switchover; "+
+		"with --failover, the drill on the formation")
 	pooler := fs.Bool("pgbouncer", false, "run the replicas' API and worker pools through PgBouncer in transaction mode")
 	failover := fs.Bool("failover", false, "run the failover drill (primary killed after a replication stall, standby promoted) instead")
 	sync := fs.Bool("sync", false, "with --failover: synchronous replication, so no acknowledged write may be lost")
@@ -69,14 +77,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if (*sync || *stall != 0 || *reclose >= 0) && !*failover {
 		return errors.New("--sync, --stall and --reclose-after need --failover")
 	}
-	if (*pooler || *ha) && *failover {
-		return errors.New("--pgbouncer and --ha run the fault-injection run, not the failover drill")
+	if *pooler && *failover {
+		return errors.New("--pgbouncer runs the fault-injection run, not the failover drill")
 	}
 	if *pooler && *ha {
 		return errors.New("--pgbouncer and --ha together: the pooler here takes one backend host, the formation has three")
 	}
 	if *failover {
-		return runFailover(ctx, *seed, *short, *sync, *stall, *reclose, *customers, *workDir, stdout, stderr)
+		return runFailover(ctx, *seed, *short, *sync, *ha, *stall, *reclose, *customers, *workDir, stdout, stderr)
 	}
 	cfg := chaos.LongConfig(*seed)
 	if *short {
@@ -89,6 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.Customers = *customers
 	}
 	cfg.PgBouncer, cfg.HA = *pooler, *ha
+	if *ha && !*short {
+		// A failover takes about 50 s and a rejoin half a minute or more:
+		// spread over six minutes, the load outlasts all three faults.
+		cfg.LoadFor = 6 * time.Minute
+	}
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" {
 		return errors.New("run from inside the Tally repository (go env GOMOD found none)")
@@ -120,14 +133,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runFailover runs the failover drill (short or long variant; stall and
-// reclose override the variant's when positive, resp. not negative) and
-// prints its report; it returns an error on any violation.
-func runFailover(ctx context.Context, seed int64, short, sync bool, stall, reclose time.Duration, customers int, workDir string, stdout, stderr io.Writer) error {
+// runFailover runs the failover drill (short or long variant, on the
+// formation with ha; stall and reclose override the variant's when
+// positive, resp. not negative) and prints its report; it returns an error
+// on any violation.
+func runFailover(ctx context.Context, seed int64, short, sync, ha bool, stall, reclose time.Duration, customers int, workDir string, stdout, stderr io.Writer) error {
 	cfg := chaos.LongFailoverConfig(seed, sync)
 	if short {
 		cfg = chaos.ShortFailoverConfig(seed, sync)
 	}
+	cfg.HA = ha
 	if stall > 0 {
 		cfg.Stall = stall
 	}
@@ -145,6 +160,9 @@ func runFailover(ctx context.Context, seed int64, short, sync bool, stall, reclo
 	mode := "async"
 	if sync {
 		mode = "sync"
+	}
+	if ha {
+		mode = "ha-" + mode
 	}
 	cfg.WorkDir = workDir
 	if cfg.WorkDir == "" {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,12 @@ type FailoverConfig struct {
 	// '*'): commits wait for the standby, so the failover must lose nothing
 	// that was acknowledged. False is the lossy, asynchronous drill.
 	Sync bool
+
+	// HA runs the drill on the pg_auto_failover formation of scripts/ha.sh
+	// instead of two clusters and the drill's proxies: the stall stops the
+	// primary's WAL senders, the kill is the primary's node dying, and the
+	// monitor promotes the secondary (RepoDir is required).
+	HA bool
 
 	// Stall is how long replication is stalled before the primary dies,
 	// while periods are closed and charged and new events are posted.
@@ -100,6 +107,8 @@ func (c *FailoverConfig) validate() error {
 		return errors.New("FailoverConfig.WorkDir is required")
 	case c.RepoDir == "" && c.BinDir == "":
 		return errors.New("FailoverConfig.RepoDir is required unless BinDir is set")
+	case c.RepoDir == "" && c.HA:
+		return errors.New("FailoverConfig.RepoDir is required with HA (scripts/ha.sh)")
 	}
 	return nil
 }
@@ -124,18 +133,15 @@ const (
 
 // failover is the state of one drill.
 type failover struct {
-	cfg     FailoverConfig
-	rnd     *rand.Rand
-	mode    string
-	binDir  string
-	logDir  string
-	primary *cluster
-	standby *cluster
-	repl    *tcpProxy // the standby's replication connection to the primary
-	app     *tcpProxy // every Tally process's database connections
-	stack   *stack
-	prod    *producer
-	report  *FailoverReport
+	cfg    FailoverConfig
+	rnd    *rand.Rand
+	mode   string
+	binDir string
+	logDir string
+	db     failoverDB
+	stack  *stack
+	prod   *producer
+	report *FailoverReport
 
 	customers []string
 	h0, prev  time.Time // the current hour, and the period closed during the stall
@@ -201,7 +207,10 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverReport, erro
 	}
 	f.bgCtx, f.bgCancel = context.WithCancel(ctx)
 	f.prodStop = make(chan struct{})
-	f.report = &FailoverReport{Seed: cfg.Seed, Mode: f.mode, Customers: cfg.Customers, Stall: cfg.Stall, ReCloseAfter: cfg.ReCloseAfter}
+	f.report = &FailoverReport{Seed: cfg.Seed, Mode: f.mode, Engine: "proxies", Customers: cfg.Customers, Stall: cfg.Stall, ReCloseAfter: cfg.ReCloseAfter}
+	if cfg.HA {
+		f.report.Engine = "pg_auto_failover"
+	}
 	f.logf("seed %d: %d customers, stall %s, closes again %s after the failover", cfg.Seed, cfg.Customers, cfg.Stall, cfg.ReCloseAfter)
 
 	defer f.teardown()
@@ -248,45 +257,21 @@ func (f *failover) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	var err error
-	if f.primary, err = startPrimary(ctx, f.cfg.WorkDir, f.logDir); err != nil {
-		return err
+	f.db = &clusterPair{}
+	if f.cfg.HA {
+		f.db = &formationPair{repoDir: f.cfg.RepoDir}
 	}
-	if f.repl, err = newTCPProxy("replication", f.primary.addr()); err != nil {
-		return err
-	}
-	if f.standby, err = startStandby(ctx, f.primary, f.repl.Port(), f.cfg.WorkDir, f.logDir); err != nil {
-		return err
-	}
-	if err := waitStreaming(ctx, f.primary, false); err != nil {
-		return err
-	}
-	if f.cfg.Sync {
-		if err := syncReplicationOn(ctx, f.primary); err != nil {
-			return err
-		}
-	}
-	f.logf("primary on %s, standby on %s streaming through %s (sync %t)", f.primary.addr(), f.standby.addr(), f.repl.Addr(), f.cfg.Sync)
-
-	admin, err := pgx.Connect(ctx, f.primary.adminURL())
+	dbURL, err := f.db.start(ctx, f.cfg.WorkDir, f.logDir, f.cfg.Sync)
 	if err != nil {
-		return fmt.Errorf("error connecting to the primary: %w", err)
-	}
-	_, err = admin.Exec(ctx, "CREATE DATABASE tally")
-	admin.Close(context.Background())
-	if err != nil {
-		return fmt.Errorf("error creating the database: %w", err)
-	}
-	if f.app, err = newTCPProxy("app", f.primary.addr()); err != nil {
 		return err
 	}
-	dbURL := fmt.Sprintf("postgres://postgres@%s/tally?sslmode=disable", f.app.Addr())
+	f.logf("%s (sync %t)", f.db.describe(), f.cfg.Sync)
 	if f.stack, err = newStack(ctx, stackConfig{binDir: f.binDir, logDir: f.logDir, dbURL: dbURL,
 		apis: 1, workers: 2, simRetention: simRetention}); err != nil {
 		return err
 	}
 	f.prod = f.stack.newProducer()
-	f.logf("stack up: api %v, simulator %s, database through %s", f.stack.apiURLs, f.stack.control.BaseURL, f.app.Addr())
+	f.logf("stack up: api %v, simulator %s, database %s", f.stack.apiURLs, f.stack.control.BaseURL, dbURL)
 	return nil
 }
 
@@ -299,15 +284,8 @@ func (f *failover) teardown() {
 	if f.stack != nil {
 		f.stack.stop()
 	}
-	for _, p := range []*tcpProxy{f.app, f.repl} {
-		if p != nil {
-			_ = p.Close()
-		}
-	}
-	for _, c := range []*cluster{f.standby, f.primary} {
-		if c != nil {
-			c.stop()
-		}
+	if f.db != nil {
+		f.db.stop()
 	}
 }
 
@@ -345,7 +323,7 @@ func (f *failover) load(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	lsn, err := waitReplayed(ctx, f.primary, f.standby)
+	lsn, err := waitReplayed(ctx, f.db.primaryURL(), f.db.standbyURL())
 	if err != nil {
 		return err
 	}
@@ -462,7 +440,9 @@ func (f *failover) stall(ctx context.Context) error {
 	}
 	f.report.SlowCustomers = slow
 
-	f.repl.Pause()
+	if err := f.db.stall(ctx); err != nil {
+		return err
+	}
 	f.stallAt = time.Now()
 	f.logf("replication stalled; closing %s for every customer and posting events for %s", f.label(f.prev), f.label(f.h0))
 	f.startProducers()
@@ -518,36 +498,32 @@ func (f *failover) stopProducers() {
 func (f *failover) failover(ctx context.Context) error {
 	// What the primary knows, just before it dies (best effort: these
 	// figures only inform the report).
-	lsn, lsnErr := walPosition(ctx, f.primary)
-	f.report.ChargesAtKill, _ = chargeCounts(ctx, f.primary.url("tally"))
+	lsn, lsnErr := walPosition(ctx, f.db.primaryURL())
+	f.report.ChargesAtKill, _ = chargeCounts(ctx, strings.Replace(f.db.primaryURL(), "/postgres?", "/tally?", 1))
 	if pis, err := f.stack.control.PaymentIntentList(ctx); err == nil {
 		f.report.PaymentIntentsAtKill = len(pis)
 	}
 	killAt := time.Now()
-	if err := f.primary.kill(ctx); err != nil {
+	if err := f.db.kill(ctx); err != nil {
 		return err
 	}
 	// From here on no answer can come from the old primary: what is
 	// acknowledged before is "in the stall", what comes after is not.
 	killed := time.Now()
 	f.killAt.Store(&killed)
-	if err := f.repl.Close(); err != nil {
-		f.logf("closing the replication proxy: %v", err)
-	}
 	f.logf("primary killed; promoting the standby")
-	if err := f.standby.promote(ctx); err != nil {
+	if err := f.db.promote(ctx); err != nil {
 		return err
 	}
-	f.app.Switch(f.standby.addr())
 	f.switchedAt = time.Now()
 	f.report.FailoverTook = f.switchedAt.Sub(killAt)
-	f.report.ChargesAfterPromote, _ = chargeCounts(ctx, f.standby.url("tally"))
+	f.report.ChargesAfterPromote, _ = chargeCounts(ctx, f.db.tallyURL())
 	if lsnErr == nil { // the last position recovery replayed, all it had received
-		if behind, err := walBehind(ctx, f.standby, lsn); err == nil {
+		if behind, err := walBehind(ctx, f.db.standbyURL(), lsn); err == nil {
 			f.report.WALLostBytes = behind
 		}
 	}
-	f.logf("standby promoted and serving through %s after %s", f.app.Addr(), f.report.FailoverTook.Round(time.Millisecond))
+	f.logf("standby promoted and serving after %s", f.report.FailoverTook.Round(time.Millisecond))
 	return nil
 }
 
@@ -566,7 +542,7 @@ func (f *failover) recover(ctx context.Context) error {
 	f.bg.Wait() // the producers, and the closes issued during the stall
 	f.logf("producers stopped; closing %s for every customer", f.label(f.h0))
 	f.closeAll(ctx, f.label(f.h0))
-	return waitQuiescent(ctx, f.standby.url("tally"), f.cfg.QuiesceMax, f.logf)
+	return waitQuiescent(ctx, f.db.tallyURL(), f.cfg.QuiesceMax, f.logf)
 }
 
 // chargeCounts counts the charges of the database at dbURL by status.

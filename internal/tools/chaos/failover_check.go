@@ -16,7 +16,7 @@ import (
 // acknowledgements, and fills the report. quiet is the quiescence error, a
 // violation itself.
 func (f *failover) check(ctx context.Context, quiet error) error {
-	conn, err := pgx.Connect(ctx, f.standby.url("tally"))
+	conn, err := pgx.Connect(ctx, f.db.tallyURL())
 	if err != nil {
 		return fmt.Errorf("error connecting to the promoted standby: %w", err)
 	}

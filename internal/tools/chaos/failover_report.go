@@ -10,6 +10,7 @@ import (
 type FailoverReport struct {
 	Seed      int64
 	Mode      string // "async" or "sync" replication
+	Engine    string // "proxies" (two clusters, the drill promotes) or "pg_auto_failover" (the monitor does)
 	Customers int
 
 	// Stall is how long replication was stalled before the kill, and
@@ -45,7 +46,8 @@ type FailoverReport struct {
 	// promoted: at least this much was lost.
 	WALLostBytes int64
 
-	// FailoverTook is from the kill to the app proxy's switch.
+	// FailoverTook is from the kill to the promoted standby reached by
+	// Tally's URL: the app proxy's switch, or the monitor's promotion.
 	FailoverTook time.Duration
 
 	// EventsAcked counts distinct events acknowledged with a 2xx,
@@ -95,7 +97,7 @@ func (r *FailoverReport) Line() string {
 
 // Write prints the full report.
 func (r *FailoverReport) Write(w io.Writer) {
-	fmt.Fprintf(w, "\n=== failover report (%s replication) ===\n", r.Mode)
+	fmt.Fprintf(w, "\n=== failover report (%s replication, %s) ===\n", r.Mode, r.Engine)
 	fmt.Fprintf(w, "seed                      %d\n", r.Seed)
 	fmt.Fprintf(w, "duration                  %s\n", r.Duration.Round(time.Second))
 	for _, p := range r.Phases {

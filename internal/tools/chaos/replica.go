@@ -170,10 +170,11 @@ func syncReplicationOn(ctx context.Context, primary *cluster) error {
 	return waitStreaming(ctx, primary, true)
 }
 
-// waitReplayed waits until standby has replayed all the WAL primary has
-// written so far, and returns that position.
-func waitReplayed(ctx context.Context, primary, standby *cluster) (string, error) {
-	pconn, err := pgx.Connect(ctx, primary.adminURL())
+// waitReplayed waits until the standby at standbyURL has replayed all the
+// WAL the primary at primaryURL has written so far, and returns that
+// position.
+func waitReplayed(ctx context.Context, primaryURL, standbyURL string) (string, error) {
+	pconn, err := pgx.Connect(ctx, primaryURL)
 	if err != nil {
 		return "", fmt.Errorf("error connecting to the primary: %w", err)
 	}
@@ -183,7 +184,7 @@ func waitReplayed(ctx context.Context, primary, standby *cluster) (string, error
 	if err != nil {
 		return "", fmt.Errorf("error reading the primary's WAL position: %w", err)
 	}
-	sconn, err := pgx.Connect(ctx, standby.adminURL())
+	sconn, err := pgx.Connect(ctx, standbyURL)
 	if err != nil {
 		return "", fmt.Errorf("error connecting to the standby: %w", err)
 	}
@@ -208,24 +209,24 @@ func waitReplayed(ctx context.Context, primary, standby *cluster) (string, error
 	}
 }
 
-// walPosition returns c's current WAL insert position (a primary).
-func walPosition(ctx context.Context, c *cluster) (string, error) {
-	conn, err := pgx.Connect(ctx, c.adminURL())
+// walPosition returns the current WAL insert position of the primary at adminURL.
+func walPosition(ctx context.Context, adminURL string) (string, error) {
+	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return "", fmt.Errorf("error connecting to %s: %w", c.dataDir, err)
+		return "", fmt.Errorf("error connecting to the primary: %w", err)
 	}
 	defer conn.Close(context.Background())
 	var lsn string
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
-		return "", fmt.Errorf("error reading the WAL position of %s: %w", c.dataDir, err)
+		return "", fmt.Errorf("error reading the primary's WAL position: %w", err)
 	}
 	return lsn, nil
 }
 
-// walBehind returns how many bytes of WAL up to lsn standby has not
-// replayed (negative: it is ahead).
-func walBehind(ctx context.Context, standby *cluster, lsn string) (int64, error) {
-	conn, err := pgx.Connect(ctx, standby.adminURL())
+// walBehind returns how many bytes of WAL up to lsn the standby at standbyURL
+// has not replayed (negative: it is ahead).
+func walBehind(ctx context.Context, standbyURL, lsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, standbyURL)
 	if err != nil {
 		return 0, fmt.Errorf("error connecting to the standby: %w", err)
 	}
