@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -145,4 +147,243 @@ FROM billing.usage_rollups ORDER BY metric`)
 	require.Equal(t, int64(3), scan)
 	migrateTo(ctx, t, url, 26)
 	check()
+}
+
+// usageEventsShape describes billing.usage_events as a reader and a writer
+// see it: its columns (type, null, identity, default, comment, grants), its
+// constraints, indexes, triggers (with their comments), comment, grants and
+// owner, its identity sequence, the foreign keys to it, and every view of
+// schema billing (definition, comment, grants), one line each, sorted. A
+// partitioned index prints as ON ONLY the table; that is left out.
+func usageEventsShape(ctx context.Context, t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	rows, err := conn.Query(ctx, `
+SELECT 'column ' || a.attname || ': ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+       || ' identity=' || a.attidentity::text || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+       || ' comment=' || coalesce(col_description(a.attrelid, a.attnum), '') || ' acl=' || coalesce(a.attacl::text, '')
+FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = 'billing.usage_events'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint ' || conname || ': ' || pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'billing.usage_events'::regclass
+UNION ALL
+SELECT 'index ' || i.indexrelid::regclass || ': ' || replace(pg_get_indexdef(i.indexrelid), ' ON ONLY ', ' ON ')
+FROM pg_index i WHERE i.indrelid = 'billing.usage_events'::regclass
+UNION ALL
+SELECT 'trigger ' || tgname || ': ' || pg_get_triggerdef(oid) || ' comment=' || coalesce(obj_description(oid, 'pg_trigger'), '')
+FROM pg_trigger WHERE tgrelid = 'billing.usage_events'::regclass AND NOT tgisinternal
+UNION ALL
+SELECT 'table: comment=' || coalesce(obj_description(oid, 'pg_class'), '') || ' acl=' || coalesce(relacl::text, '')
+       || ' owner=' || pg_get_userbyid(relowner)
+FROM pg_class WHERE oid = 'billing.usage_events'::regclass
+UNION ALL
+SELECT 'sequence ' || pg_get_serial_sequence('billing.usage_events', 'id') || ': ' || format_type(seqtypid, NULL) || ' '
+       || seqstart || ' ' || seqincrement || ' ' || seqmin || ' ' || seqmax || ' ' || seqcache || ' ' || seqcycle
+FROM pg_sequence WHERE seqrelid = pg_get_serial_sequence('billing.usage_events', 'id')::regclass
+UNION ALL
+SELECT 'referenced by ' || conrelid::regclass || ' ' || conname || ': ' || pg_get_constraintdef(oid)
+FROM pg_constraint WHERE confrelid = 'billing.usage_events'::regclass AND conparentid = 0
+UNION ALL
+SELECT 'view ' || c.oid::regclass || ': ' || pg_get_viewdef(c.oid) || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+       || ' acl=' || coalesce(c.relacl::text, '')
+FROM pg_class c WHERE c.relkind IN ('v', 'm') AND c.relnamespace = 'billing'::regnamespace
+ORDER BY 1`)
+	require.NoError(t, err)
+	shape, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return shape
+}
+
+// requirePgError requires err to be Postgres' error code, its message
+// containing contains, and returns the constraint it names, if any.
+func requirePgError(t *testing.T, err error, code, contains string) (constraint string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, code, pgErr.Code, pgErr.Message)
+	require.Contains(t, pgErr.Message, contains)
+	return pgErr.ConstraintName
+}
+
+// Migration 00031 partitions billing.usage_events by hash of customer_id
+// (GitHub issue 27) on a ledger as it stands: every event kept with its id,
+// the identity carrying on from where it was, and every guarantee of the
+// table holding on the partitioned one — and on each partition, written to
+// directly. Down makes it one table again, as it was.
+func TestMigration00031PartitionedUsageEvents(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testdb.NewEmpty(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	text := func(sql string, args ...any) (s string) {
+		t.Helper()
+		require.NoError(t, conn.QueryRow(ctx, sql, args...).Scan(&s))
+		return s
+	}
+	const (
+		eventsJSON = `SELECT json_agg(e ORDER BY id)::text FROM billing.usage_events e`
+		voidsJSON  = `SELECT json_agg(v ORDER BY id)::text FROM billing.usage_event_voids v`
+		sequence   = `SELECT last_value || ' ' || is_called FROM billing.usage_events_id_seq`
+		insert     = `
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity, metric, occurred_at, received_at, payload_hash)
+VALUES ($1, $2, $3, $4, 'usd', $5, $6, '2026-11-03 10:15Z', '2026-11-03 10:15Z', sha256(convert_to($2, 'UTF8')))`
+	)
+
+	// Before 00024: an event with an amount and a quantity (a label then),
+	// which usage_events_amount_or_quantity (NOT VALID) leaves as it is.
+	migrateTo(ctx, t, url, 23)
+	exec(`
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+SELECT c, 'cus_' || c, 'usd', now(), now() FROM unnest(ARRAY['acme', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7']) AS c;
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at)
+SELECT customer_id, '2026-11', 'usd', '2026-11-01', '2026-12-01', '2026-12-02', now() FROM billing.customers`)
+	exec(`
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, quantity, metric, properties, occurred_at, received_at, payload_hash)
+VALUES ('acme', 'legacy', '2026-11', 250, 'usd', 3, 'calls', '{"region":"eu"}', '2026-11-02 09:00Z', now(), sha256('legacy'))`)
+
+	// At 00030: pre-priced and quantity events of eight customers, two of
+	// them voided, and ids taken by a transaction rolled back.
+	migrateTo(ctx, t, url, 30)
+	for i, c := range []string{"acme", "c1", "c2", "c3", "c4", "c5", "c6", "c7"} {
+		exec(insert, c, "e1", "2026-11", 100+i, nil, nil)
+		exec(insert, c, "e2", "2026-11", nil, "7.5", "api_calls")
+		exec(insert, c, "e3", "2026-11", 1000, nil, "label")
+	}
+	exec(`
+INSERT INTO billing.usage_event_voids (customer_id, event_id, period, reason, voided_by, voided_at)
+VALUES ('acme', 'e1', '2026-11', 'test', 'cli:test', now()), ('c3', 'e2', '2026-11', 'test', 'cli:test', now())`)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, insert, "acme", "rolled-back", "2026-11", 1, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, "26 true", text(sequence), "1 + 24 events, 1 id rolled back")
+
+	shape30 := usageEventsShape(ctx, t, conn)
+	events, voids, counted := text(eventsJSON), text(voidsJSON), text(`SELECT count(*)::text FROM billing.usage_events_counted`)
+	require.Equal(t, "23", counted)
+
+	migrateTo(ctx, t, url, 31)
+
+	t.Run("SameEventsPartitioned", func(t *testing.T) {
+		require.Equal(t, events, text(eventsJSON), "every event, with its id")
+		require.Equal(t, voids, text(voidsJSON))
+		require.Equal(t, counted, text(`SELECT count(*)::text FROM billing.usage_events_counted`))
+		require.Equal(t, "26 true", text(sequence), "the identity where it was")
+		require.Equal(t, "p h 16", text(`
+SELECT c.relkind::text || ' ' || p.partstrat::text || ' ' || (SELECT count(*) FROM pg_inherits WHERE inhparent = c.oid)
+FROM pg_class c JOIN pg_partitioned_table p ON p.partrelid = c.oid WHERE c.oid = 'billing.usage_events'::regclass`))
+		require.Equal(t, "usage_events_p00 FOR VALUES WITH (modulus 16, remainder 0) .. usage_events_p15 FOR VALUES WITH (modulus 16, remainder 15)", text(`
+SELECT min(relname || ' ' || pg_get_expr(relpartbound, oid)) || ' .. ' || max(relname || ' ' || pg_get_expr(relpartbound, oid))
+FROM pg_class WHERE oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'billing.usage_events'::regclass)`))
+		require.Equal(t, "true", text(`SELECT (count(DISTINCT tableoid) > 1)::text FROM billing.usage_events`), "the events spread over partitions")
+
+		// The shape is the table's but for its primary key, which holds the
+		// partition key.
+		want := make([]string, 0, len(shape30))
+		for _, line := range shape30 {
+			switch {
+			case strings.HasPrefix(line, "constraint usage_events_pkey:"):
+				line = "constraint usage_events_pkey: PRIMARY KEY (id, customer_id)"
+			case strings.HasPrefix(line, "index billing.usage_events_pkey:"):
+				line = "index billing.usage_events_pkey: CREATE UNIQUE INDEX usage_events_pkey ON billing.usage_events USING btree (id, customer_id)"
+			}
+			want = append(want, line)
+		}
+		require.Equal(t, want, usageEventsShape(ctx, t, conn))
+	})
+
+	t.Run("IdsCarryOn", func(t *testing.T) {
+		var id int64
+		require.NoError(t, conn.QueryRow(ctx, insert+` RETURNING id`, "c5", "after", "2026-11", 5, nil, nil).Scan(&id))
+		require.Equal(t, int64(27), id, "after the id rolled back, not after max(id)")
+	})
+
+	t.Run("EventKeyUnique", func(t *testing.T) {
+		_, err := conn.Exec(ctx, insert, "c2", "e1", "2026-11", 5, nil, nil)
+		require.Regexp(t, `^usage_events_p[0-9]{2}_customer_event_key$`, requirePgError(t, err, "23505", "duplicate key"))
+		tag, err := conn.Exec(ctx, insert+` ON CONFLICT (customer_id, event_id) DO NOTHING`, "c2", "e1", "2026-11", 5, nil, nil)
+		require.NoError(t, err)
+		require.Zero(t, tag.RowsAffected())
+		_, err = conn.Exec(ctx, insert, "c2", "both", "2026-11", 5, "1", "calls")
+		requirePgError(t, err, "23514", "usage_events_amount_or_quantity")
+	})
+
+	acmes := text(`SELECT DISTINCT tableoid::regclass::text FROM billing.usage_events WHERE customer_id = 'acme'`)
+	require.Regexp(t, `^billing\.usage_events_p[0-9]{2}$`, acmes)
+
+	t.Run("AppendOnly", func(t *testing.T) {
+		for _, table := range []string{"billing.usage_events", acmes} {
+			for _, stmt := range []string{
+				"UPDATE " + table + " SET amount_cents = 1 WHERE customer_id = 'acme'",
+				"DELETE FROM " + table + " WHERE customer_id = 'acme'",
+				"TRUNCATE " + table + " CASCADE", // without CASCADE, refused for the voids' foreign key
+			} {
+				_, err := conn.Exec(ctx, stmt)
+				requirePgError(t, err, "P0001", "append-only")
+			}
+		}
+		require.Equal(t, events, text(`SELECT json_agg(e ORDER BY id)::text FROM billing.usage_events e WHERE id <= 26`))
+	})
+
+	t.Run("PeriodExists", func(t *testing.T) {
+		_, err := conn.Exec(ctx, insert, "acme", "x1", "1999-01", 5, nil, nil)
+		requirePgError(t, err, "23503", "period 1999-01 of customer acme does not exist")
+		_, err = conn.Exec(ctx, `INSERT INTO `+acmes+` (id, customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
+VALUES (1000, 'acme', 'x2', '1999-01', 5, 'usd', now(), now(), sha256('x2'))`)
+		requirePgError(t, err, "23503", "period 1999-01 of customer acme does not exist")
+
+		// One check per statement on the partitioned table, however many
+		// partitions its rows go to.
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // the test's rows only
+		_, err = tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`)
+		require.NoError(t, err)
+		tag, err := tx.Exec(ctx, `
+INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
+SELECT customer_id, 'x3', '2026-11', 5, 'usd', now(), now(), sha256('x3') FROM billing.customers`)
+		require.NoError(t, err)
+		require.Equal(t, int64(8), tag.RowsAffected())
+		var calls int64
+		require.NoError(t, tx.QueryRow(ctx, `
+SELECT calls FROM pg_stat_xact_user_functions WHERE schemaname = 'billing' AND funcname = 'usage_events_period_exists'`).Scan(&calls))
+		require.Equal(t, int64(1), calls)
+	})
+
+	t.Run("VoidsReferenceEvents", func(t *testing.T) {
+		_, err := conn.Exec(ctx, `
+INSERT INTO billing.usage_event_voids (customer_id, event_id, period, reason, voided_by, voided_at)
+VALUES ('acme', 'nope', '2026-11', 'test', 'cli:test', now())`)
+		require.Equal(t, "usage_event_voids_customer_id_event_id_fkey", requirePgError(t, err, "23503", "violates foreign key"))
+		exec(`
+INSERT INTO billing.usage_event_voids (customer_id, event_id, period, reason, voided_by, voided_at)
+VALUES ('c5', 'after', '2026-11', 'test', 'cli:test', now())`)
+		require.Equal(t, "23", text(`SELECT count(*)::text FROM billing.usage_events_counted`), "one more event, one more void")
+	})
+
+	// Down: one table again, the same events, the same shape as before.
+	events, voids = text(eventsJSON), text(voidsJSON)
+	seq := text(sequence)
+	_, err = provider(t, url).DownTo(ctx, 30)
+	require.NoError(t, err)
+	require.Equal(t, "r", text(`SELECT relkind::text FROM pg_class WHERE oid = 'billing.usage_events'::regclass`))
+	require.Equal(t, "0", text(`SELECT count(*)::text FROM pg_class WHERE relname LIKE 'usage\_events\_p__'`))
+	require.Equal(t, events, text(eventsJSON))
+	require.Equal(t, voids, text(voidsJSON))
+	require.Equal(t, seq, text(sequence))
+	require.Equal(t, shape30, usageEventsShape(ctx, t, conn))
+	_, err = conn.Exec(ctx, `UPDATE billing.usage_events SET amount_cents = 1`)
+	requirePgError(t, err, "P0001", "append-only")
+
+	// And partitioned again.
+	migrateTo(ctx, t, url, 31)
+	require.Equal(t, events, text(eventsJSON))
+	require.Equal(t, "p", text(`SELECT relkind::text FROM pg_class WHERE oid = 'billing.usage_events'::regclass`))
 }

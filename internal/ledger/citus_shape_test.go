@@ -116,7 +116,6 @@ var citusToMigrate = []string{
 	"billing.top_ups top_ups_stripe_payment_intent_id_key",
 	"billing.top_ups top_ups_top_up_key_key",
 	"billing.usage_event_voids usage_event_voids_id_key",
-	"billing.usage_events usage_events_pkey",
 	"billing.webhook_attempts",
 	"billing.webhook_attempts webhook_attempts_delivery_id_fkey",
 	"billing.webhook_attempts webhook_attempts_pkey",

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -593,11 +594,18 @@ func usageEventsInsertNew(ctx context.Context, tx *Tx, now time.Time, events []*
 	rows, err := tx.Query(ctx, usageEventsInsertNewSQL, eventArgs(events, now)...)
 	inserted, err := readInserted(rows, err, events, now)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "usage_events_customer_event_key" {
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && eventKeyConstraint.MatchString(pgErr.ConstraintName) {
 		return nil, errEventTaken
 	}
 	return inserted, err
 }
+
+// eventKeyConstraint matches the names a unique violation of an event's
+// (customer_id, event_id) comes with: usage_events_customer_event_key, or,
+// since billing.usage_events is partitioned (migration 00031), the index of
+// the partition the row went to, usage_events_p00_customer_event_key to
+// usage_events_p15_customer_event_key.
+var eventKeyConstraint = regexp.MustCompile(`^usage_events(_p[0-9]{2})?_customer_event_key$`)
 
 // usageEventsInsertOpen records events with query, usageEventsInsertOpenSQL
 // or its function (usageEventsInsertOpenCall), and returns those it inserted
