@@ -8,6 +8,8 @@
 //	go run ./tools/bench --short              a few seconds per phase, small counts; nothing asserted
 //	go run ./tools/bench --only raw_sql,ingest_spread
 //	go run ./tools/bench --write-docs         also rewrite the marked section of docs/benchmarks.md
+//	go run ./tools/bench --preload 50000000 --only ingest_spread,ingest_batch,charges,closes_credits
+//	                                          those phases also on a ledger of 50 M past events (docs/scaling.md)
 //
 // The admin URL (a role allowed to CREATE DATABASE) comes from --admin-url or
 // TALLY_TEST_ADMIN_DATABASE_URL; make bench sets it from
@@ -63,7 +65,9 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, options, error) 
 	fs.IntVar(&cfg.LoadEvents, "load-events", cfg.LoadEvents, "events loaded through the batch API before ingest_after_load, and in the period usage_query reads")
 	fs.IntVar(&cfg.Customers, "customers", cfg.Customers, "customers the ingest phases spread events over")
 	fs.StringVar(&cfg.ServerRepoDir, "server-repo", "", "build the Tally commands from this checkout (git worktree add DIR COMMIT) to measure another commit")
-	fs.IntVar(&cfg.Preload, "preload", cfg.Preload, "events of past closed periods written into each Tally database before its server starts (ledger size)")
+	fs.IntVar(&cfg.Preload, "preload", cfg.Preload, "N: also measure ingest_spread, ingest_batch, charges and closes on a ledger of N events of past closed "+
+		"periods (*_preloaded, target ≥ 0.9× the empty ledger), in the same rotations; the ledger is built once in a template "+
+		"database and cloned for each server's database, dropped after its phase unless --keep (each clone is the ledger's size)")
 	fs.IntVar(&cfg.WorkerReplicas, "worker-replicas", cfg.WorkerReplicas, "worker replicas (server processes) of the charges phase")
 	fs.StringVar(&cfg.AdminURL, "admin-url", os.Getenv("TALLY_TEST_ADMIN_DATABASE_URL"), "admin Postgres URL (default $TALLY_TEST_ADMIN_DATABASE_URL)")
 	fs.BoolVar(&cfg.PgBouncer, "pgbouncer", false, "also measure ingest_spread, ingest_batch and charges through PgBouncer in transaction mode, beside the direct figures")

@@ -36,6 +36,29 @@
 //	closes, closes_credits
 //	    periods closed through the API without credits, then with two grants
 //
+// Two flags add variants to these rotations, measured in the same windows
+// as the phase they are judged against (--only names that phase):
+//
+//	--pgbouncer: ingest_spread_pgbouncer, ingest_batch_pgbouncer,
+//	charges_pgbouncer
+//	    servers whose pools go through PgBouncer in transaction mode;
+//	    target ≥ 0.8× the direct phase
+//	--preload N: ingest_spread_preloaded, ingest_batch_preloaded,
+//	charges_preloaded (each round), closes_preloaded
+//	    servers on a ledger of N events of past, closed periods (10,000
+//	    customers × the 12 months of 2025), built once per run in a
+//	    template database (tally_bench_<hex>_preload_tpl: migrated,
+//	    preloaded with set-based SQL, rolled up by a worker, VACUUM
+//	    (ANALYZE), CHECKPOINT) that each of their databases is cloned
+//	    from (CREATE DATABASE … TEMPLATE) and dropped after its phase;
+//	    target ≥ 0.9× the same phase on an empty ledger. The report adds
+//	    the ledger's figures: how long the template took, usage_events'
+//	    size (heap and indexes, summed over its partitions, read from
+//	    pg_inherits) and its largest index, VACUUM of its partition with
+//	    the most rows after the ingest phases, and GET
+//	    /v1/customers/{id}/usage of a preloaded customer beside one on the
+//	    empty ledger (preload.go)
+//
 // Every run creates its own databases (tally_bench_<hex>_…) and drops them
 // at the end; the servers are the binaries of the repository, built into a
 // work directory, bound to 127.0.0.1.
@@ -104,14 +127,24 @@ const (
 	PhaseIngestSpreadPooled = "ingest_spread_pgbouncer"
 	PhaseIngestBatchPooled  = "ingest_batch_pgbouncer"
 	PhaseChargesPooled      = "charges_pgbouncer"
+
+	// With --preload N, ingest_spread, ingest_batch, charges and closes
+	// are measured again by servers on clones of a preloaded ledger
+	// (preload.go), in the same rotations: not phases of their own either
+	// (--only names the empty-ledger one; closes_credits for closes).
+	PhaseIngestSpreadPreloaded = "ingest_spread_preloaded"
+	PhaseIngestBatchPreloaded  = "ingest_batch_preloaded"
+	PhaseChargesPreloaded      = "charges_preloaded"
+	PhaseClosesPreloaded       = "closes_preloaded"
 )
 
 // Phases lists every phase in the order a run performs them.
 var Phases = []string{
-	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestSpreadPooled, PhaseIngestHot,
+	PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestSpreadPooled, PhaseIngestSpreadPreloaded, PhaseIngestHot,
 	PhaseIngestSerialAlone, PhaseIngestSerial, PhaseIngestRollupsOff, PhaseIngestRollups,
-	PhaseRawCopy, PhaseIngestBatch, PhaseIngestBatchPooled, PhaseRawSQLAfterLoad, PhaseIngestAfterLoad,
-	PhaseUsageQuery, PhaseRiverNoop, PhaseCharges, PhaseChargesPooled, PhaseCloses, PhaseClosesCredits,
+	PhaseRawCopy, PhaseIngestBatch, PhaseIngestBatchPooled, PhaseIngestBatchPreloaded, PhaseRawSQLAfterLoad, PhaseIngestAfterLoad,
+	PhaseUsageQuery, PhaseRiverNoop, PhaseCharges, PhaseChargesPooled, PhaseChargesPreloaded,
+	PhaseCloses, PhaseClosesCredits, PhaseClosesPreloaded,
 }
 
 // ingestPhases are the phases the ingest step measures.
@@ -160,8 +193,11 @@ type Config struct {
 	LoadEvents int
 	// Customers is the number of customers events are spread over.
 	Customers int
-	// Preload is how many events of past, closed periods are written
-	// straight into each Tally database before its server starts, to
+	// Preload, when positive, is how many events of past, closed periods
+	// the preloaded ledger holds: built once per run in a template
+	// database (preload.go), cloned for servers that measure
+	// ingest_spread, ingest_batch, charges and closes again on it
+	// (*_preloaded), beside the same phases on an empty ledger, to
 	// measure how costs grow with the ledger's size (docs/scaling.md).
 	Preload int
 	// WorkerReplicas is the number of worker replicas of the charges phase:
@@ -225,6 +261,10 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("unknown phase %q: name %s and add --pgbouncer", p, direct))
 			continue
 		}
+		if base, ok := preloadedBase(p); ok && slices.Contains(Phases, p) {
+			errs = append(errs, fmt.Errorf("unknown phase %q: name %s and add --preload N", p, base))
+			continue
+		}
 		if !slices.Contains(Phases, p) {
 			errs = append(errs, fmt.Errorf("unknown phase %q: want one of %s", p, strings.Join(Phases, ", ")))
 		}
@@ -232,14 +272,36 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// pooledSuffix ends the name of a phase measured through PgBouncer.
-const pooledSuffix = "_pgbouncer"
+// pooledSuffix ends the name of a phase measured through PgBouncer, and
+// preloadedSuffix of one measured on the preloaded ledger.
+const (
+	pooledSuffix    = "_pgbouncer"
+	preloadedSuffix = "_preloaded"
+)
+
+// preloadedBase returns, for a phase measured on the preloaded ledger, the
+// phase --only names to run it: its empty-ledger phase, or the phase that
+// one is measured within (closes: closes_credits).
+func preloadedBase(phase string) (string, bool) {
+	base, ok := strings.CutSuffix(phase, preloadedSuffix)
+	if !ok {
+		return "", false
+	}
+	if base == PhaseCloses {
+		base = PhaseClosesCredits
+	}
+	return base, true
+}
 
 // runs reports whether phase is part of the run: a phase through PgBouncer
-// runs with --pgbouncer, when its direct phase runs.
+// runs with --pgbouncer, and one on the preloaded ledger with --preload,
+// when its empty-ledger phase runs.
 func (c *Config) runs(phase string) bool {
 	if direct, ok := strings.CutSuffix(phase, pooledSuffix); ok {
 		return c.PgBouncer && c.runs(direct)
+	}
+	if base, ok := preloadedBase(phase); ok {
+		return c.Preload > 0 && c.runs(base)
 	}
 	return len(c.Only) == 0 || slices.Contains(c.Only, phase)
 }
@@ -275,6 +337,10 @@ type run struct {
 	bouncer   *pgbouncer.Bouncer // with --pgbouncer, once started (pooler)
 	mem       memory
 	report    *Report
+
+	// preloadTpl is the preloaded ledger's template database, with
+	// --preload, once built (preloadTemplate).
+	preloadTpl string
 }
 
 // Run performs one benchmark run and returns its report. An error means the
@@ -329,6 +395,12 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		var err error
 		if r.binDir, err = proc.Commands(ctx, cfg.serverRepo()); err != nil {
 			return nil, fmt.Errorf("error building the commands: %w", err)
+		}
+	}
+	// The preloaded ledger first, while nothing else runs.
+	if cfg.runsAny(PhaseIngestSpreadPreloaded, PhaseIngestBatchPreloaded, PhaseChargesPreloaded, PhaseClosesPreloaded) {
+		if _, err := r.preloadTemplate(ctx); err != nil {
+			return nil, err
 		}
 	}
 	steps := []struct {

@@ -42,7 +42,7 @@ func (r *run) charges(ctx context.Context) error {
 		return err
 	}
 	r.logf("%s, %s: %d rounds, %d jobs or charges each", PhaseRiverNoop, PhaseCharges, r.rounds(), r.cfg.Charges)
-	var noop, charges, pooled []*Result
+	var noop, charges, pooled, preloaded []*Result
 	for round := range r.rounds() {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
@@ -58,20 +58,25 @@ func (r *run) charges(ctx context.Context) error {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
 		}
-		if res, err = r.chargesRun(ctx, round, false); err != nil {
+		if res, err = r.chargesRun(ctx, round, PhaseCharges); err != nil {
 			return r.record(res, err)
 		}
 		charges = append(charges, res)
-		if !r.cfg.runs(PhaseChargesPooled) {
-			continue
+		for _, v := range []struct {
+			phase   string
+			results *[]*Result
+		}{{PhaseChargesPooled, &pooled}, {PhaseChargesPreloaded, &preloaded}} {
+			if !r.cfg.runs(v.phase) {
+				continue
+			}
+			if err := r.checkpoint(ctx); err != nil {
+				return err
+			}
+			if res, err = r.chargesRun(ctx, round, v.phase); err != nil {
+				return r.record(res, err)
+			}
+			*v.results = append(*v.results, res)
 		}
-		if err := r.checkpoint(ctx); err != nil {
-			return err
-		}
-		if res, err = r.chargesRun(ctx, round, true); err != nil {
-			return r.record(res, err)
-		}
-		pooled = append(pooled, res)
 	}
 	note := fmt.Sprintf("; %d rounds alternating %s and %s", r.rounds(), PhaseRiverNoop, PhaseCharges)
 	if err := r.record(mergeResults(noop, note), nil); err != nil {
@@ -88,18 +93,31 @@ func (r *run) charges(ctx context.Context) error {
 		ratios[i] = charges[i].Rate() / noop[i].Rate()
 	}
 	r.pairRatios(PhaseCharges, PhaseRiverNoop, ratios)
-	if len(pooled) == 0 {
-		return nil
+	// The variants, each paired with charges round by round.
+	variants := []struct {
+		phase   string
+		results []*Result
+	}{{PhaseChargesPooled, pooled}, {PhaseChargesPreloaded, preloaded}}
+	alternating := []string{PhaseRiverNoop, PhaseCharges}
+	for _, v := range variants {
+		if len(v.results) > 0 {
+			alternating = append(alternating, v.phase)
+		}
 	}
-	if err := r.record(mergeResults(pooled, fmt.Sprintf("; %d rounds alternating %s, %s and %s", r.rounds(),
-		PhaseRiverNoop, PhaseCharges, PhaseChargesPooled)), nil); err != nil {
-		return err
+	for _, v := range variants {
+		if len(v.results) == 0 {
+			continue
+		}
+		if err := r.record(mergeResults(v.results, fmt.Sprintf("; %d rounds alternating %s", r.rounds(),
+			strings.Join(alternating, ", "))), nil); err != nil {
+			return err
+		}
+		ratios := make([]float64, len(v.results))
+		for i := range v.results {
+			ratios[i] = v.results[i].Rate() / charges[i].Rate()
+		}
+		r.pairRatios(v.phase, PhaseCharges, ratios)
 	}
-	ratios = make([]float64, len(pooled))
-	for i := range pooled {
-		ratios[i] = pooled[i].Rate() / charges[i].Rate()
-	}
-	r.pairRatios(PhaseChargesPooled, PhaseCharges, ratios)
 	return nil
 }
 
@@ -117,15 +135,25 @@ func mergeResults(results []*Result, more string) *Result {
 	return &m
 }
 
-func (r *run) chargesRun(ctx context.Context, round int, throughPooler bool) (*Result, error) {
+// chargesRun measures one round of phase: charges, charges_pgbouncer (the
+// servers' pools through PgBouncer) or charges_preloaded (on a clone of the
+// preloaded ledger, dropped at the end).
+func (r *run) chargesRun(ctx context.Context, round int, phase string) (*Result, error) {
 	n := r.cfg.Charges
-	phase, suffix := PhaseCharges, ""
-	if throughPooler {
-		phase, suffix = PhaseChargesPooled, "p"
+	throughPooler, preloaded := phase == PhaseChargesPooled, phase == PhaseChargesPreloaded
+	suffix := ""
+	switch {
+	case throughPooler:
+		suffix = "p"
+	case preloaded:
+		suffix = "_pre"
 	}
-	dbURL, key, err := r.tallyDatabase(ctx, "charges"+strconv.Itoa(round)+suffix)
+	dbURL, key, err := r.tallyDatabase(ctx, "charges"+strconv.Itoa(round)+suffix, preloaded)
 	if err != nil {
 		return nil, err
+	}
+	if preloaded {
+		defer r.releaseDatabase(dbURL) // after the servers stop
 	}
 	// The servers that close and charge: their pools through PgBouncer
 	// for charges_pgbouncer (River's own pool stays direct).
@@ -217,6 +245,9 @@ func (r *run) chargesRun(ctx context.Context, round int, throughPooler bool) (*R
 	res := &Result{Phase: phase, Unit: "charges/s", Count: int64(n), Elapsed: elapsed,
 		Note: fmt.Sprintf("%d worker replica(s) × %d workers; from the close: first charge row at +%s, last success at +%s",
 			r.cfg.WorkerReplicas, r.cfg.Workers, st.firstCreated.Sub(closeAt).Round(time.Millisecond), elapsed.Round(time.Millisecond))}
+	if preloaded {
+		res.Note += "; " + r.preloadedNote()
+	}
 	if err := verifyCharges(ctx, simURL, n, st); err != nil {
 		return res, &phaseError{phase: phase, err: err}
 	}

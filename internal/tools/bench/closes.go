@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,25 +29,59 @@ var closesGrants = []int64{300, 400}
 // rating and, on one side, the burn-down of the customer's credits), for
 // customers without credits (closes) and with two grants each
 // (closes_credits), in closesRounds pairs of windows interleaved so both
-// sides share the machine's moods. Each window closes its own customers,
-// Clients at a time; the server runs no worker, so the charges stay
-// pending and nothing but the close is measured.
+// sides share the machine's moods; with --preload, a third window each
+// round closes customers without credits on a clone of the preloaded
+// ledger (closes_preloaded). Each window closes its own customers, Clients
+// at a time; the servers run no worker, so the charges stay pending and
+// nothing but the close is measured.
 func (r *run) closes(ctx context.Context) error {
 	return r.phases(step{PhaseClosesCredits, func() (*Result, error) { return r.closesRun(ctx) }})
 }
 
-func (r *run) closesRun(ctx context.Context) (*Result, error) {
-	dbURL, key, err := r.tallyDatabase(ctx, "closes")
+// closesServer is a server of the closes phases, on a database of its own.
+type closesServer struct {
+	api   *apiClient
+	dbURL string
+	stop  func()
+}
+
+// closesStart starts a server for the closes phases on a fresh database
+// (or a clone of the preloaded ledger), named after suffix.
+func (r *run) closesStart(ctx context.Context, suffix string, preloaded bool) (*closesServer, error) {
+	dbURL, key, err := r.tallyDatabase(ctx, suffix, preloaded)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := r.startServer(ctx, "closes", dbURL, "TALLY_ROLES=api", "TALLY_PERIOD=hour", "TALLY_CLOSE_GRACE=4h")
+	srv, err := r.startServer(ctx, suffix, dbURL, "TALLY_ROLES=api", "TALLY_PERIOD=hour", "TALLY_CLOSE_GRACE=4h")
+	if err != nil {
+		if preloaded {
+			r.releaseDatabase(dbURL)
+		}
+		return nil, err
+	}
+	api := newAPIClient(srv.url, key, r.cfg.Clients)
+	return &closesServer{api: api, dbURL: dbURL, stop: func() {
+		api.close()
+		srv.stop()
+		if preloaded {
+			r.releaseDatabase(dbURL) // as large as the ledger
+		}
+	}}, nil
+}
+
+func (r *run) closesRun(ctx context.Context) (*Result, error) {
+	srv, err := r.closesStart(ctx, "closes", false)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
-	api := newAPIClient(srv.url, key, r.cfg.Clients)
-	defer api.close()
+	var pre *closesServer
+	if r.cfg.runs(PhaseClosesPreloaded) {
+		if pre, err = r.closesStart(ctx, "closes_pre", true); err != nil {
+			return nil, err
+		}
+		defer pre.stop()
+	}
 
 	perWindow := r.cfg.Charges
 	customers := customerIDs(2 * closesRounds * perWindow)
@@ -57,50 +92,87 @@ func (r *run) closesRun(ctx context.Context) (*Result, error) {
 		}
 		return customers[i : i+perWindow]
 	}
+	var plain, granted []string // every round's customers without credits, and with
+	for round := range closesRounds {
+		plain = append(plain, window(round, false)...)
+		granted = append(granted, window(round, true)...)
+	}
 	start := time.Now().UTC().Truncate(time.Hour)
 	period := start.Format("2006-01-02T15")
-	if err := r.closesSetup(ctx, api, customers, start, window); err != nil {
+	if err := r.closesSetup(ctx, srv.api, customers, granted, start); err != nil {
 		return nil, &phaseError{phase: PhaseClosesCredits, err: err}
 	}
-	r.logf("%s: %d rounds of %d closes without credits, then %d with %d grants each", PhaseClosesCredits, closesRounds,
-		perWindow, perWindow, len(closesGrants))
-
-	var off, on []loopResult
-	for round := range closesRounds {
-		for _, credits := range []bool{false, true} {
-			ids := window(round, credits)
-			lr := eachOnce(ctx, r.cfg.Clients, len(ids), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
-				return 1, api.do(ctx, http.MethodPost, "/v1/customers/"+ids[k]+"/periods/"+period+"/close", nil)
-			})
-			if err := loopError(PhaseClosesCredits, lr); err != nil {
-				return nil, err
-			}
-			if credits {
-				on = append(on, lr)
-			} else {
-				off = append(off, lr)
-			}
+	if pre != nil {
+		// The same customers as the side without credits, on the
+		// preloaded ledger.
+		if err := r.closesSetup(ctx, pre.api, plain, nil, start); err != nil {
+			return nil, &phaseError{phase: PhaseClosesPreloaded, err: err}
 		}
 	}
-	if err := closesVerify(ctx, dbURL, len(customers)); err != nil {
+	names := []string{PhaseCloses, PhaseClosesCredits}
+	if pre != nil {
+		names = append(names, PhaseClosesPreloaded)
+	}
+	r.logf("%s: %d rounds of %d closes each, in turn: %s (%d grants each on %s)", PhaseClosesCredits, closesRounds,
+		perWindow, strings.Join(names, ", "), len(closesGrants), PhaseClosesCredits)
+
+	closeWindow := func(phase string, api *apiClient, ids []string) (loopResult, error) {
+		lr := eachOnce(ctx, r.cfg.Clients, len(ids), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
+			return 1, api.do(ctx, http.MethodPost, "/v1/customers/"+ids[k]+"/periods/"+period+"/close", nil)
+		})
+		return lr, loopError(phase, lr)
+	}
+	var off, on, preOff []loopResult
+	for round := range closesRounds {
+		lr, err := closeWindow(PhaseCloses, srv.api, window(round, false))
+		if err != nil {
+			return nil, err
+		}
+		off = append(off, lr)
+		if lr, err = closeWindow(PhaseClosesCredits, srv.api, window(round, true)); err != nil {
+			return nil, err
+		}
+		on = append(on, lr)
+		if pre == nil {
+			continue
+		}
+		if lr, err = closeWindow(PhaseClosesPreloaded, pre.api, window(round, false)); err != nil {
+			return nil, err
+		}
+		preOff = append(preOff, lr)
+	}
+	if err := closesVerify(ctx, srv.dbURL, len(customers), len(granted)); err != nil {
 		return nil, &phaseError{phase: PhaseClosesCredits, err: err}
+	}
+	if pre != nil {
+		if err := closesVerify(ctx, pre.dbURL, len(plain), 0); err != nil {
+			return nil, &phaseError{phase: PhaseClosesPreloaded, err: err}
+		}
 	}
 	result := func(phase string, lr loopResult, with string) *Result {
 		return &Result{Phase: phase, Unit: "closes/s", Count: lr.units, Calls: lr.ops, Elapsed: lr.elapsed,
 			Latency: newLatency(lr.latencies), Note: fmt.Sprintf(
-				"%d clients closing periods of %d pre-priced events through the API, %s; %d windows of %d interleaved with the other side",
-				r.cfg.Clients, closesEvents, with, closesRounds, perWindow)}
+				"%d clients closing periods of %d pre-priced events through the API, %s; %d windows of %d interleaved with %s",
+				r.cfg.Clients, closesEvents, with, closesRounds, perWindow, strings.Join(names, ", "))}
 	}
 	r.pair(PhaseClosesCredits, PhaseCloses, on, off)
 	if err := r.record(result(PhaseCloses, mergeLoops(off), "no credits"), nil); err != nil {
 		return nil, err
 	}
+	if pre != nil {
+		r.pair(PhaseClosesPreloaded, PhaseCloses, preOff, off)
+		// Recorded before closes_credits, the step's own result: the
+		// report lists the phases in Phases' order anyway.
+		if err := r.record(result(PhaseClosesPreloaded, mergeLoops(preOff), "no credits, "+r.preloadedNote()), nil); err != nil {
+			return nil, err
+		}
+	}
 	return result(PhaseClosesCredits, mergeLoops(on), fmt.Sprintf("%d credit grants applied per close", len(closesGrants))), nil
 }
 
 // closesSetup puts the customers, their events (in the hour starting at
-// start) and, for the credit side's windows, their grants.
-func (r *run) closesSetup(ctx context.Context, api *apiClient, customers []string, start time.Time, window func(int, bool) []string) error {
+// start) and the grants of those granted.
+func (r *run) closesSetup(ctx context.Context, api *apiClient, customers, granted []string, start time.Time) error {
 	if err := r.putCustomers(ctx, api, customers, ""); err != nil {
 		return err
 	}
@@ -115,9 +187,8 @@ func (r *run) closesSetup(ctx context.Context, api *apiClient, customers []strin
 	if lr.errors > 0 {
 		return fmt.Errorf("error posting the closes' events (%d failed): %w", lr.errors, lr.firstErr)
 	}
-	var granted []string
-	for round := range closesRounds {
-		granted = append(granted, window(round, true)...)
+	if len(granted) == 0 {
+		return r.checkpoint(ctx) // eachOnce of nothing would run until its timeout
 	}
 	lr = eachOnce(ctx, r.cfg.Clients, len(granted), setupTimeout, func(ctx context.Context, _, k int) (int, error) {
 		for i, amount := range closesGrants {
@@ -134,9 +205,10 @@ func (r *run) closesSetup(ctx context.Context, api *apiClient, customers []strin
 	return r.checkpoint(ctx)
 }
 
-// closesVerify checks that every period closed into one pending charge, the
-// credit side's less both grants, with a credit line for each.
-func closesVerify(ctx context.Context, dbURL string, n int) error {
+// closesVerify checks that every period closed into one pending charge, n
+// of them, and granted of them (the credit side's) less both grants, with a
+// credit line for each.
+func closesVerify(ctx context.Context, dbURL string, n, granted int) error {
 	db, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
@@ -157,9 +229,9 @@ FROM billing.charges c`, full, credits, len(closesGrants)).Scan(&charges, &withC
 	if err != nil {
 		return fmt.Errorf("error reading the charges: %w", err)
 	}
-	if charges != n || withCredits != n/2 || right != n {
-		return fmt.Errorf("want %d pending charges, half of them %d less by %d credit lines; have %d charges, %d with credits, %d right",
-			n, credits, len(closesGrants), charges, withCredits, right)
+	if charges != n || withCredits != granted || right != n {
+		return fmt.Errorf("want %d pending charges, %d of them %d less by %d credit lines; have %d charges, %d with credits, %d right",
+			n, granted, credits, len(closesGrants), charges, withCredits, right)
 	}
 	return nil
 }

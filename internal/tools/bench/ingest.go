@@ -66,19 +66,17 @@ func (s *tallyServer) stop() {
 	s.proc.Stop(serverStopWait)
 }
 
-// tallyDatabase creates and migrates a fresh database for Tally servers and
-// an API key with every scope in it (with billingctl), and returns the
-// database's URL and the key's secret (the last line billingctl prints).
-func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key string, err error) {
-	// Migrated by the built migrate command: the server's own migrations,
-	// whichever checkout it was built from.
-	if dbURL, err = r.createEmptyDatabase(ctx, suffix); err != nil {
-		return "", "", err
-	}
-	if _, err := proc.RunTool(ctx, filepath.Join(r.binDir, "migrate"), []string{"DATABASE_URL=" + dbURL}, "up"); err != nil {
-		return "", "", fmt.Errorf("error migrating: %w", err)
-	}
-	if err := r.preload(ctx, dbURL); err != nil {
+// tallyDatabase creates a database for Tally servers — a fresh one,
+// migrated, whose ledger is empty, or with preloaded a clone of the run's
+// preloaded ledger (preload.go) — and an API key with every scope in it
+// (with billingctl), and returns the database's URL and the key's secret
+// (the last line billingctl prints).
+func (r *run) tallyDatabase(ctx context.Context, suffix string, preloaded bool) (dbURL, key string, err error) {
+	if preloaded {
+		if dbURL, err = r.clonePreloaded(ctx, suffix); err != nil {
+			return "", "", err
+		}
+	} else if dbURL, err = r.migratedDatabase(ctx, suffix); err != nil {
 		return "", "", err
 	}
 	out, err := proc.RunTool(ctx, filepath.Join(r.binDir, "billingctl"), []string{"DATABASE_URL=" + dbURL},
@@ -88,6 +86,20 @@ func (r *run) tallyDatabase(ctx context.Context, suffix string) (dbURL, key stri
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	return dbURL, strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// migratedDatabase creates a fresh database named after the run and suffix,
+// migrates it with the built migrate command (the server's own migrations,
+// whichever checkout it was built from), and returns its URL.
+func (r *run) migratedDatabase(ctx context.Context, suffix string) (string, error) {
+	dbURL, err := r.createEmptyDatabase(ctx, suffix)
+	if err != nil {
+		return "", err
+	}
+	if _, err := proc.RunTool(ctx, filepath.Join(r.binDir, "migrate"), []string{"DATABASE_URL=" + dbURL}, "up"); err != nil {
+		return "", fmt.Errorf("error migrating: %w", err)
+	}
+	return dbURL, nil
 }
 
 // putCustomers creates or updates the customers through the API, Clients
@@ -131,7 +143,7 @@ func (r *run) ingest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dbURL, key, err := r.tallyDatabase(ctx, "ingest")
+	dbURL, key, err := r.tallyDatabase(ctx, "ingest", false)
 	if err != nil {
 		return err
 	}
@@ -166,9 +178,34 @@ func (r *run) ingest(ctx context.Context) error {
 		pooled = newAPIClient(psrv.url, key, max(r.cfg.Clients, loadClients))
 		defer pooled.close()
 	}
+	// With --preload, a server on a clone of the preloaded ledger, its
+	// customers put and their periods opened as on the empty one, takes
+	// its windows in the same rotations too.
+	var preloaded *apiClient
+	var preURL string
+	if r.cfg.runsAny(PhaseIngestSpreadPreloaded, PhaseIngestBatchPreloaded) {
+		var preKey string
+		if preURL, preKey, err = r.tallyDatabase(ctx, "ingest_pre", true); err != nil {
+			return err
+		}
+		defer r.releaseDatabase(preURL) // after the server stops
+		presrv, err := r.startServer(ctx, "api-ingest-preloaded", preURL, "TALLY_ROLES=api")
+		if err != nil {
+			return err
+		}
+		defer presrv.stop()
+		preloaded = newAPIClient(presrv.url, preKey, max(r.cfg.Clients, loadClients))
+		defer preloaded.close()
+		if err := r.putCustomers(ctx, preloaded, customers, ""); err != nil {
+			return err
+		}
+		if _, err := r.openPeriods(ctx, preloaded, customers); err != nil {
+			return err
+		}
+	}
 
 	if r.cfg.runsAny(PhaseRawSQL, PhaseRawSQLPipelined, PhaseIngestSpread, PhaseIngestHot) {
-		if err := r.singlesRotation(ctx, api, pooled, baseURL, customers, spreadNote); err != nil {
+		if err := r.singlesRotation(ctx, api, pooled, preloaded, baseURL, customers, spreadNote); err != nil {
 			return err
 		}
 	}
@@ -183,8 +220,18 @@ func (r *run) ingest(ctx context.Context) error {
 		return err
 	}
 	if r.cfg.runsAny(PhaseRawCopy, PhaseIngestBatch) {
-		if err := r.batchRotation(ctx, api, pooled, baseURL, customers); err != nil {
+		if err := r.batchRotation(ctx, api, pooled, preloaded, baseURL, customers); err != nil {
 			return err
+		}
+	}
+	if preloaded != nil {
+		// The preloaded clone takes no more events: what its ingest
+		// phases left to VACUUM, and the usage query on either ledger (of
+		// a customer of the spread, not ingest_hot's first).
+		if err := r.ledgerAfterIngest(ctx, preURL, dbURL, preloaded, api, customers[len(customers)/2]); err != nil {
+			if err := r.record(nil, err); err != nil {
+				return err
+			}
 		}
 	}
 	if r.cfg.runs(PhaseIngestAfterLoad) {
@@ -222,8 +269,8 @@ func (r *run) rotationNote(note string, members ...string) string {
 
 // singlesRotation measures raw_sql, raw_sql_pipelined, ingest_spread and
 // ingest_hot in turn, round after round, and ingest_spread_pgbouncer through
-// pooled when not nil.
-func (r *run) singlesRotation(ctx context.Context, api, pooled *apiClient, baseURL string, customers []string, spreadNote string) error {
+// pooled and ingest_spread_preloaded through preloaded when not nil.
+func (r *run) singlesRotation(ctx context.Context, api, pooled, preloaded *apiClient, baseURL string, customers []string, spreadNote string) error {
 	conns, err := connectEach(ctx, baseURL, r.cfg.Clients)
 	if err != nil {
 		return err
@@ -248,14 +295,19 @@ func (r *run) singlesRotation(ctx context.Context, api, pooled *apiClient, baseU
 		names = append(names, PhaseIngestSpreadPooled)
 		members = append(members, singles(PhaseIngestSpreadPooled, "spb", pooled, customers))
 	}
+	if preloaded != nil {
+		names = append(names, PhaseIngestSpreadPreloaded)
+		members = append(members, singles(PhaseIngestSpreadPreloaded, "spp", preloaded, customers))
+	}
 	r.logf("%s: %d rounds of %s windows, %d clients", strings.Join(names, ", "), r.rounds(), r.cfg.Duration, r.cfg.Clients)
 	windows, err := r.rotate(r.rounds(), members...)
 	err = r.recordRotation(windows, err, map[string]string{
-		PhaseRawSQL:             r.rotationNote(rawSQLNote, names...),
-		PhaseRawSQLPipelined:    r.rotationNote(rawSQLPipelinedNote, names...),
-		PhaseIngestSpread:       r.rotationNote(spreadNote, names...),
-		PhaseIngestHot:          r.rotationNote(fmt.Sprintf("%d clients, single events to 1 customer", r.cfg.Clients), names...),
-		PhaseIngestSpreadPooled: r.rotationNote(spreadNote+"; through PgBouncer (transaction mode)", names...),
+		PhaseRawSQL:                r.rotationNote(rawSQLNote, names...),
+		PhaseRawSQLPipelined:       r.rotationNote(rawSQLPipelinedNote, names...),
+		PhaseIngestSpread:          r.rotationNote(spreadNote, names...),
+		PhaseIngestHot:             r.rotationNote(fmt.Sprintf("%d clients, single events to 1 customer", r.cfg.Clients), names...),
+		PhaseIngestSpreadPooled:    r.rotationNote(spreadNote+"; through PgBouncer (transaction mode)", names...),
+		PhaseIngestSpreadPreloaded: r.rotationNote(spreadNote+"; "+r.preloadedNote(), names...),
 	})
 	if err != nil || windows == nil {
 		return err
@@ -265,6 +317,9 @@ func (r *run) singlesRotation(ctx context.Context, api, pooled *apiClient, baseU
 	r.pair(PhaseIngestHot, PhaseIngestSpread, windows[PhaseIngestHot], windows[PhaseIngestSpread])
 	if pooled != nil {
 		r.pair(PhaseIngestSpreadPooled, PhaseIngestSpread, windows[PhaseIngestSpreadPooled], windows[PhaseIngestSpread])
+	}
+	if preloaded != nil {
+		r.pair(PhaseIngestSpreadPreloaded, PhaseIngestSpread, windows[PhaseIngestSpreadPreloaded], windows[PhaseIngestSpread])
 	}
 	return nil
 }
@@ -309,8 +364,9 @@ func (r *run) serialRotation(ctx context.Context, api *apiClient, dbURL string, 
 }
 
 // batchRotation measures raw_copy and ingest_batch in turn, round after
-// round, and ingest_batch_pgbouncer through pooled when not nil.
-func (r *run) batchRotation(ctx context.Context, api, pooled *apiClient, baseURL string, customers []string) error {
+// round, and ingest_batch_pgbouncer through pooled and
+// ingest_batch_preloaded through preloaded when not nil.
+func (r *run) batchRotation(ctx context.Context, api, pooled, preloaded *apiClient, baseURL string, customers []string) error {
 	conns, err := connectEach(ctx, baseURL, copyWriters)
 	if err != nil {
 		return err
@@ -338,14 +394,19 @@ func (r *run) batchRotation(ctx context.Context, api, pooled *apiClient, baseURL
 		names = append(names, PhaseIngestBatchPooled)
 		members = append(members, batches(PhaseIngestBatchPooled, "bb", pooled))
 	}
+	if preloaded != nil {
+		names = append(names, PhaseIngestBatchPreloaded)
+		members = append(members, batches(PhaseIngestBatchPreloaded, "bp", preloaded))
+	}
 	r.logf("%s: %d rounds of %s windows, %d clients, %d events a call", strings.Join(names, ", "), r.rounds(), r.cfg.Duration,
 		copyWriters, batchSize)
 	windows, err := r.rotate(r.rounds(), members...)
 	batchNote := fmt.Sprintf("%d clients, %d events per batch", copyWriters, batchSize)
 	err = r.recordRotation(windows, err, map[string]string{
-		PhaseRawCopy:           r.rotationNote(fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize), names...),
-		PhaseIngestBatch:       r.rotationNote(batchNote, names...),
-		PhaseIngestBatchPooled: r.rotationNote(batchNote+"; through PgBouncer (transaction mode)", names...),
+		PhaseRawCopy:              r.rotationNote(fmt.Sprintf("%d writers, %d rows per COPY", copyWriters, batchSize), names...),
+		PhaseIngestBatch:          r.rotationNote(batchNote, names...),
+		PhaseIngestBatchPooled:    r.rotationNote(batchNote+"; through PgBouncer (transaction mode)", names...),
+		PhaseIngestBatchPreloaded: r.rotationNote(batchNote+"; "+r.preloadedNote(), names...),
 	})
 	if err != nil || windows == nil {
 		return err
@@ -353,6 +414,9 @@ func (r *run) batchRotation(ctx context.Context, api, pooled *apiClient, baseURL
 	r.pair(PhaseIngestBatch, PhaseRawCopy, windows[PhaseIngestBatch], windows[PhaseRawCopy])
 	if pooled != nil {
 		r.pair(PhaseIngestBatchPooled, PhaseIngestBatch, windows[PhaseIngestBatchPooled], windows[PhaseIngestBatch])
+	}
+	if preloaded != nil {
+		r.pair(PhaseIngestBatchPreloaded, PhaseIngestBatch, windows[PhaseIngestBatchPreloaded], windows[PhaseIngestBatch])
 	}
 	return nil
 }
@@ -618,49 +682,4 @@ func randomBatch(rnd *rand.Rand, customers []string, idPrefix string, size int) 
 			amount: 1 + rnd.Int64N(1000)}
 	}
 	return appendBatch(make([]byte, 0, size*80), events)
-}
-
-// preloadCustomers and preloadMonths shape the preloaded history: events of
-// 2025's twelve monthly periods, all closed, of customers of their own.
-const (
-	preloadCustomers = 10_000
-	preloadMonths    = 12
-)
-
-// preload writes Preload events of past, closed periods into dbURL with
-// set-based SQL (customers pre-N, periods 2025-01 to 2025-12), then
-// checkpoints, so the phases that follow run on a ledger of that size.
-func (r *run) preload(ctx context.Context, dbURL string) error {
-	if r.cfg.Preload == 0 {
-		return nil
-	}
-	t0 := time.Now()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return fmt.Errorf("error connecting to preload: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	customers := min(preloadCustomers, max(1, r.cfg.Preload/preloadMonths))
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{{`
-INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
-SELECT 'pre-' || i, 'cus_pre' || i, 'usd', now(), now() FROM generate_series(0, $1 - 1) i`, []any{customers}}, {`
-INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, status, closed_at, created_at)
-SELECT 'pre-' || i, to_char(m, 'YYYY-MM'), 'usd', m, m + interval '1 month', m + interval '1 month 1 hour',
-       'closed', m + interval '1 month 1 hour', now()
-FROM generate_series(0, $1 - 1) i, generate_series(timestamptz '2025-01-01 00:00Z', timestamptz '2025-12-01 00:00Z', interval '1 month') m`, []any{customers}}, {`
-INSERT INTO billing.usage_events (customer_id, event_id, period, amount_cents, currency, occurred_at, received_at, payload_hash)
-SELECT 'pre-' || (g % $1), 'pre-' || g, to_char(m, 'YYYY-MM'), 1 + g % 1000, 'usd', m, m, sha256(int8send(g))
-FROM generate_series(0, $2 - 1) g,
-     LATERAL (SELECT timestamptz '2025-01-01 00:00Z' + make_interval(months => (g / $1 % 12)::int) AS m) p`,
-		[]any{customers, r.cfg.Preload}}, {`CHECKPOINT`, nil},
-	} {
-		if _, err := conn.Exec(ctx, q.sql, q.args...); err != nil {
-			return fmt.Errorf("error preloading %d events: %w", r.cfg.Preload, err)
-		}
-	}
-	r.logf("preloaded %d events of %d customers' 2025 periods in %s", r.cfg.Preload, customers, time.Since(t0).Round(time.Second))
-	return nil
 }

@@ -42,7 +42,7 @@ func (r *run) usageQuery(ctx context.Context) error {
 
 func (r *run) usageQueryRun(ctx context.Context) (*Result, error) {
 	fail := func(err error) (*Result, error) { return nil, &phaseError{phase: PhaseUsageQuery, err: err} }
-	dbURL, key, err := r.tallyDatabase(ctx, "usage")
+	dbURL, key, err := r.tallyDatabase(ctx, "usage", false)
 	if err != nil {
 		return nil, err
 	}
