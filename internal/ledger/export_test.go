@@ -14,6 +14,7 @@ const (
 	UsageEventsInsertOpenSQL = usageEventsInsertOpenSQL
 	UsageEventInsertOpenCall = usageEventInsertOpenCall
 	ChargeHistorySQL         = chargeHistorySQL
+	PeriodSelectSQL          = periodSelectSQL
 )
 
 // PeriodCloseInSavepoint closes a period inside a savepoint of a ledger

@@ -111,13 +111,19 @@ type Period struct {
 	ChargeStatus *string
 }
 
+// periodSelectSQL reads periods with their event counts and totals; every
+// caller appends a WHERE on p.customer_id = $1. The sums name $1, not
+// p.customer_id: the planner then prunes the partitioned ledger to the
+// customer's partition for each period, where a correlated customer_id left
+// each period's sum estimated over all sixteen, and a page of a few hundred
+// periods past jit_above_cost (200 ms of JIT for 300 periods against 3 ms).
 const periodSelectSQL = `
 SELECT p.customer_id, p.period, p.currency, p.status, p.starts_at, p.ends_at, p.closes_at,
        p.closed_at, p.charge_job_id, p.plan_id, p.plan_version,
        (SELECT count(*) FROM billing.usage_events_counted e
-         WHERE e.customer_id = p.customer_id AND e.period = p.period),
+         WHERE e.customer_id = $1 AND e.period = p.period),
        (SELECT coalesce(sum(e.amount_cents), 0)::bigint FROM billing.usage_events_counted e
-         WHERE e.customer_id = p.customer_id AND e.period = p.period),
+         WHERE e.customer_id = $1 AND e.period = p.period),
        c.id, c.status
 FROM billing.periods p
 LEFT JOIN billing.charges c ON c.customer_id = p.customer_id AND c.period = p.period`

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,42 @@ FROM billing.periods p`)
 		requirePlans(t, b, ledger.UsageEventsInsertOpenSQL, fmt.Sprintf(`('{%s}', '{%s}', %s, %s, %s, %s, %s, %s, %s, '%s', %s)`,
 			strings.Join(customers, ","), strings.Join(ids, ","), list("2026-11"), list("100"), list(`""`), list("NULL"),
 			list("NULL"), list(`"{}"`), list(now), now, list(hash)), "periods_pkey", "periods_open_closes_at_idx", "Seq Scan on periods")
+	})
+
+	t.Run("PeriodSums", func(t *testing.T) {
+		// A customer's periods with their sums read the customer's
+		// partition of the ledger alone, under either plan: with the sums
+		// correlated on p.customer_id, each was planned over all sixteen,
+		// and a page of 300 periods spent 200 ms in JIT.
+		ctx := context.Background()
+		conn, err := b.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(ctx, `PREPARE periods AS `+ledger.PeriodSelectSQL+` WHERE p.customer_id = $1`)
+		require.NoError(t, err)
+		defer conn.Exec(ctx, `DEALLOCATE periods`) //nolint:errcheck
+		partition := regexp.MustCompile(`usage_events_p\d\d`)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
+			require.NoError(t, err)
+			var plan []string
+			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE periods('cust-0042')`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var line string
+				require.NoError(t, rows.Scan(&line))
+				plan = append(plan, line)
+			}
+			require.NoError(t, rows.Err())
+			text := strings.Join(plan, "\n")
+			seen := map[string]bool{}
+			for _, p := range partition.FindAllString(text, -1) {
+				seen[p] = true
+			}
+			require.Len(t, seen, 1, "%s: one partition of usage_events:\n%s", mode, text)
+		}
+		_, err = conn.Exec(ctx, `RESET plan_cache_mode`)
+		require.NoError(t, err)
 	})
 }
 
