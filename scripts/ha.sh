@@ -102,6 +102,13 @@ wait_for() {
   done
 }
 
+# primary_port: the port of the node that takes writes, as the monitor has it (a dead primary still
+# reports "primary" until it is back: its goal state says what the monitor made of it).
+primary_port() {
+  as_pg psql "$(monitor_url)" -X -At -c "SELECT nodeport FROM pgautofailover.node
+    WHERE reportedstate = goalstate AND goalstate IN ('primary', 'wait_primary') LIMIT 1" 2>/dev/null || true
+}
+
 # states: the nodes' reported states, one "name state" per line.
 states() {
   as_pg psql "$(monitor_url)" -X -At -F ' ' -c \
@@ -167,7 +174,8 @@ url() {
 # not a failover: the keeper restarts Postgres within a second (docs/reliability.md).
 kill_primary() {
   local name run pids
-  name="$(states | awk '$2 == "primary" { print $1 }')"
+  name="$(as_pg psql "$(monitor_url)" -X -At -c "SELECT nodename FROM pgautofailover.node
+    WHERE reportedstate = 'primary' AND goalstate = 'primary'" 2>/dev/null || true)"
   [[ -n $name ]] || die "no primary"
   run="$(pgrep -f "pg_autoctl run --pgdata $DIR/$name\$" || true)"
   [[ -n $run ]] || die "$name's keeper is not running"
@@ -218,9 +226,10 @@ wait_healthy() {
   until healthy; do
     ((SECONDS < deadline)) || die "timed out waiting for a primary and $((${#NODES[@]} - 1)) secondaries (logs in $DIR)"
     if ((SECONDS % 5 == 0)); then
-      port="$(as_pg psql "$(monitor_url)" -X -At -c \
-        "SELECT nodeport FROM pgautofailover.node WHERE reportedstate IN ('primary', 'wait_primary') LIMIT 1" 2>/dev/null || true)"
-      [[ -n $port ]] && as_pg psql "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable" -X -q -c CHECKPOINT >/dev/null 2>&1
+      port="$(primary_port)"
+      if [[ -n $port ]]; then
+        as_pg psql "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable" -X -q -c CHECKPOINT >/dev/null 2>&1 || true
+      fi
     fi
     sleep 1
   done

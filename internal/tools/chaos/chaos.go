@@ -39,6 +39,8 @@ type run struct {
 	faultsMu sync.Mutex
 	faults   map[string]int
 	outages  []string // each database fault as the producers saw it (Config.HA)
+	// outagesWG waits for the outages' measures of charges in flight.
+	outagesWG sync.WaitGroup
 
 	// pauseLeaks counts PaymentIntents created while charging was paused,
 	// after the grace for calls already past their claim: a violation.
@@ -366,6 +368,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM billing.usage_events`).Scan(&inLedger); err != nil {
 		return nil, err
 	}
+	r.outagesWG.Wait()
 	r.faultsMu.Lock()
 	defer r.faultsMu.Unlock()
 	return &Report{
@@ -584,17 +587,28 @@ func (r *run) outage(name string, inFlight []int64) {
 	} else {
 		line = fmt.Sprintf("%s: no acknowledged write within a minute of its end; refused: %s", name, formatCounts(refused))
 	}
-	if len(inFlight) > 0 {
-		if done, ok := r.settledAfter(inFlight); ok {
-			line += fmt.Sprintf("; %d charges in flight at the fault, all settled %.1f s after it", len(inFlight), done.Sub(at).Seconds())
-		} else {
-			line += fmt.Sprintf("; %d charges in flight at the fault, not all settled within 3 min of its end", len(inFlight))
-		}
-	}
-	r.logf("%s", line)
 	r.faultsMu.Lock()
-	defer r.faultsMu.Unlock()
+	i := len(r.outages)
 	r.outages = append(r.outages, line)
+	r.faultsMu.Unlock()
+	r.logf("%s", line)
+	if len(inFlight) == 0 {
+		return
+	}
+	// The charges' wait runs beside the next faults; the report waits for
+	// it (outagesWG).
+	r.outagesWG.Add(1)
+	go func() {
+		defer r.outagesWG.Done()
+		more := fmt.Sprintf("; %d charges in flight at the fault, not all settled within 3 min of its end", len(inFlight))
+		if done, ok := r.settledAfter(inFlight); ok {
+			more = fmt.Sprintf("; %d charges in flight at the fault, all settled %.1f s after it", len(inFlight), done.Sub(at).Seconds())
+		}
+		r.logf("%s%s", name, more)
+		r.faultsMu.Lock()
+		defer r.faultsMu.Unlock()
+		r.outages[i] += more
+	}()
 }
 
 // killSwitch pauses charging with billingctl, checks that the simulator
