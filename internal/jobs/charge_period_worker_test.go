@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,10 +59,28 @@ func (b *testBundle) waitCharge(t *testing.T, ctx context.Context, customerID st
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("charge of %s never reached the expected state; last: %+v", customerID, c)
+			t.Fatalf("charge of %s never reached the expected state; last: %+v\ncharge jobs at %s:\n%s", customerID, c,
+				time.Now().UTC().Format(time.RFC3339Nano), b.chargeJobs(ctx))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// chargeJobs lists the test's charge jobs as River has them, for a
+// failure's message.
+func (b *testBundle) chargeJobs(ctx context.Context) string {
+	rows, err := b.Pool.Query(ctx, `
+SELECT format('job %s %s attempt %s/%s scheduled %s attempted %s finalized %s last error %s',
+              id, state, attempt, max_attempts, scheduled_at, attempted_at, finalized_at, errors[array_upper(errors, 1)])
+FROM river.river_job WHERE kind = 'charge_period' ORDER BY id`)
+	if err != nil {
+		return err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(lines, "\n")
 }
 
 func statusIs(status ledger.ChargeStatus) func(c *ledger.Charge) bool {
