@@ -76,13 +76,20 @@ type loadStats struct {
 	outage    *outage          // the database fault being measured, or nil
 }
 
-// outage is one database fault as the producers saw it: when it began, the
-// first acknowledgement of a request sent after that, and the answers
-// refused in between ("503 database_unavailable", "network error").
+// outage is one database fault as the producers saw it: when it began,
+// the acknowledgements of requests sent after that, and the answers
+// refused meanwhile ("503 database_unavailable", "network error").
 type outage struct {
-	at       time.Time
-	firstAck time.Time
-	refused  map[string]int
+	at      time.Time
+	acks    []time.Time
+	refused map[string]int
+}
+
+// outageMeasure is what an outage came to.
+type outageMeasure struct {
+	firstAck time.Duration  // from the fault to the first acknowledgement
+	longest  time.Duration  // the longest time without one, from the fault on
+	refused  map[string]int // answers refused
 }
 
 // outageBegin starts measuring a database fault that begins now.
@@ -92,25 +99,35 @@ func (s *loadStats) outageBegin() {
 	s.outage = &outage{at: time.Now(), refused: map[string]int{}}
 }
 
-// outageEnd stops measuring and returns how long after the fault the first
-// request sent after it was acknowledged (false: none yet) and what was
-// refused meanwhile.
-func (s *loadStats) outageEnd() (time.Duration, map[string]int, bool) {
+// outageAcked reports whether a request sent after the fault began was
+// acknowledged since after.
+func (s *loadStats) outageAcked(after time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outage != nil && len(s.outage.acks) > 0 && !s.outage.acks[len(s.outage.acks)-1].Before(after)
+}
+
+// outageEnd stops measuring and returns the measure (false: no request
+// sent after the fault was acknowledged).
+func (s *loadStats) outageEnd() (outageMeasure, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.outage
 	s.outage = nil
-	if o == nil || o.firstAck.IsZero() {
-		return 0, o.refusedOrNil(), false
-	}
-	return o.firstAck.Sub(o.at), o.refused, true
-}
-
-func (o *outage) refusedOrNil() map[string]int {
 	if o == nil {
-		return nil
+		return outageMeasure{}, false
 	}
-	return o.refused
+	m := outageMeasure{refused: o.refused}
+	if len(o.acks) == 0 {
+		return m, false
+	}
+	m.firstAck = o.acks[0].Sub(o.at)
+	prev := o.at
+	for _, a := range o.acks {
+		m.longest = max(m.longest, a.Sub(prev))
+		prev = a
+	}
+	return m, true
 }
 
 // answered records, for the outage being measured, a request sent at sent
@@ -119,7 +136,7 @@ func (s *loadStats) answered(sent time.Time, status int, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.outage
-	if o == nil || sent.Before(o.at) || !o.firstAck.IsZero() {
+	if o == nil || sent.Before(o.at) {
 		return
 	}
 	switch {
@@ -128,7 +145,7 @@ func (s *loadStats) answered(sent time.Time, status int, code string) {
 	case status >= 500:
 		o.refused[fmt.Sprintf("%d %s", status, code)]++
 	case status < 300:
-		o.firstAck = time.Now()
+		o.acks = append(o.acks, time.Now())
 	}
 }
 
