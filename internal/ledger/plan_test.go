@@ -26,6 +26,18 @@ func requirePlans(t *testing.T, b *testBundle, query, execute, want string, avoi
 // statement run planFresh is always planned for its parameters (custom).
 func requirePlansIn(t *testing.T, b *testBundle, modes []string, query, execute, want string, avoid ...string) {
 	t.Helper()
+	checkPlans(t, b, modes, query, execute, func(mode, text string) {
+		require.Contains(t, text, want, "%s:\n%s", mode, text)
+		for _, index := range avoid {
+			require.NotContains(t, text, index, "%s:\n%s", mode, text)
+		}
+	})
+}
+
+// checkPlans prepares query on b's database and hands check the text of
+// its plan, EXPLAIN EXECUTE q<execute>, under each plan cache mode of modes.
+func checkPlans(t *testing.T, b *testBundle, modes []string, query, execute string, check func(mode, text string)) {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -45,11 +57,7 @@ func requirePlansIn(t *testing.T, b *testBundle, modes []string, query, execute,
 			plan = append(plan, line)
 		}
 		require.NoError(t, rows.Err())
-		text := strings.Join(plan, "\n")
-		require.Contains(t, text, want, "%s:\n%s", mode, text)
-		for _, index := range avoid {
-			require.NotContains(t, text, index, "%s:\n%s", mode, text)
-		}
+		check(mode, strings.Join(plan, "\n"))
 	}
 	_, err = conn.Exec(ctx, `RESET plan_cache_mode`)
 	require.NoError(t, err)
@@ -111,35 +119,15 @@ FROM billing.periods p`)
 		// partition of the ledger alone, under either plan: with the sums
 		// correlated on p.customer_id, each was planned over all sixteen,
 		// and a page of 300 periods spent 200 ms in JIT.
-		ctx := context.Background()
-		conn, err := b.Pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		_, err = conn.Exec(ctx, `PREPARE periods AS `+ledger.PeriodSelectSQL+` WHERE p.customer_id = $1`)
-		require.NoError(t, err)
-		defer conn.Exec(ctx, `DEALLOCATE periods`) //nolint:errcheck
 		partition := regexp.MustCompile(`usage_events_p\d\d`)
-		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
-			require.NoError(t, err)
-			var plan []string
-			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE periods('cust-0042')`)
-			require.NoError(t, err)
-			for rows.Next() {
-				var line string
-				require.NoError(t, rows.Scan(&line))
-				plan = append(plan, line)
-			}
-			require.NoError(t, rows.Err())
-			text := strings.Join(plan, "\n")
-			seen := map[string]bool{}
-			for _, p := range partition.FindAllString(text, -1) {
-				seen[p] = true
-			}
-			require.Len(t, seen, 1, "%s: one partition of usage_events:\n%s", mode, text)
-		}
-		_, err = conn.Exec(ctx, `RESET plan_cache_mode`)
-		require.NoError(t, err)
+		checkPlans(t, b, []string{"force_custom_plan", "force_generic_plan"}, ledger.PeriodSelectSQL+` WHERE p.customer_id = $1`,
+			`('cust-0042')`, func(mode, text string) {
+				seen := map[string]bool{}
+				for _, p := range partition.FindAllString(text, -1) {
+					seen[p] = true
+				}
+				require.Len(t, seen, 1, "%s: one partition of usage_events:\n%s", mode, text)
+			})
 	})
 }
 
