@@ -100,21 +100,13 @@ WHERE p.customer_id = $1`, usageCustomer, usageMetrics, n); err != nil {
 
 	path := "/v1/customers/" + usageCustomer + "/usage"
 	var usage struct {
-		Metrics []struct {
-			EventCount int64 `json:"event_count"`
-		} `json:"metrics"`
-		PrePriced struct {
-			EventCount int64 `json:"event_count"`
-		} `json:"pre_priced"`
+		usageEvents
 		ProjectedCents int64 `json:"projected_cents"`
 	}
 	if err := api.getJSON(ctx, path, &usage); err != nil {
 		return fail(err)
 	}
-	got := usage.PrePriced.EventCount
-	for _, m := range usage.Metrics {
-		got += m.EventCount
-	}
+	got := usage.events()
 	if got != int64(r.cfg.LoadEvents) || len(usage.Metrics) != usageMetrics {
 		return fail(fmt.Errorf("GET %s counts %d events in %d metrics; want %d in %d", path, got, len(usage.Metrics), r.cfg.LoadEvents, usageMetrics))
 	}
