@@ -551,12 +551,21 @@ func (r *run) settled(ids []int64, at time.Time) string {
 		open[id] = true
 	}
 	var took []time.Duration
+	var conn *pgx.Conn // one connection, made again after an error (a failover)
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
 	for deadline := time.Now().Add(3 * time.Minute); len(open) > 0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		conn, err := pgx.Connect(ctx, r.dbURL)
-		if err != nil {
-			cancel()
-			continue
+		var err error
+		if conn == nil {
+			if conn, err = pgx.Connect(ctx, r.dbURL); err != nil {
+				conn = nil
+				cancel()
+				continue
+			}
 		}
 		rows, err := conn.Query(ctx, `SELECT id FROM billing.charges WHERE id = ANY($1) AND status NOT IN ('pending', 'unknown', 'processing')`,
 			slices.Collect(maps.Keys(open)))
@@ -564,9 +573,10 @@ func (r *run) settled(ids []int64, at time.Time) string {
 		if err == nil {
 			done, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		}
-		conn.Close(ctx)
 		cancel()
 		if err != nil {
+			conn.Close(context.Background())
+			conn = nil
 			continue
 		}
 		for _, id := range done {
@@ -591,12 +601,6 @@ func (r *run) outage(name string, inFlight []int64) {
 	for deadline := end.Add(time.Minute); !r.producer.stats.outageAcked(end) && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
-	r.producer.stats.mu.Lock()
-	at := end
-	if o := r.producer.stats.outage; o != nil {
-		at = o.at
-	}
-	r.producer.stats.mu.Unlock()
 	m, ok := r.producer.stats.outageEnd()
 	line := fmt.Sprintf("%s: no acknowledged write; refused: %s", name, formatCounts(m.refused))
 	if ok {
@@ -616,7 +620,7 @@ func (r *run) outage(name string, inFlight []int64) {
 	r.outagesWG.Add(1)
 	go func() {
 		defer r.outagesWG.Done()
-		more := r.settled(inFlight, at)
+		more := r.settled(inFlight, m.at)
 		r.logf("%s%s", name, more)
 		r.faultsMu.Lock()
 		defer r.faultsMu.Unlock()

@@ -87,6 +87,7 @@ type outage struct {
 
 // outageMeasure is what an outage came to.
 type outageMeasure struct {
+	at       time.Time      // when the fault began
 	firstAck time.Duration  // from the fault to the first acknowledgement
 	longest  time.Duration  // the longest time without one, from the fault on
 	refused  map[string]int // answers refused
@@ -115,9 +116,9 @@ func (s *loadStats) outageEnd() (outageMeasure, bool) {
 	o := s.outage
 	s.outage = nil
 	if o == nil {
-		return outageMeasure{}, false
+		return outageMeasure{at: time.Now()}, false
 	}
-	m := outageMeasure{refused: o.refused}
+	m := outageMeasure{at: o.at, refused: o.refused}
 	if len(o.acks) == 0 {
 		return m, false
 	}
