@@ -50,6 +50,9 @@ func ExecLaterChecked(tx *Tx, check func(pgconn.CommandTag) error, sql string, a
 	tx.execLater(check, sql, args...)
 }
 
+// ExecAtCommit queues sql in tx for its commit (execAtCommit).
+func ExecAtCommit(tx *Tx, sql string, args ...any) { tx.execAtCommit(sql, args...) }
+
 // QueryRowLater queues sql in tx (queryRowLater).
 func QueryRowLater[T any](tx *Tx, scan func(pgx.Row) (T, error), sql string, args ...any) *Later[T] {
 	return queryRowLater(tx, scan, sql, args...)

@@ -18,11 +18,12 @@ import (
 // append-only).
 
 // statementIssueTx numbers charge chargeID's statement, the next number,
-// unless it has one. The statement is sent with the transaction's next one;
-// the counter's row stays locked until the transaction ends, so a rollback
-// gives the number back.
+// unless it has one. The counter's row stays locked until the transaction
+// ends, so a rollback gives the number back, and every settling transaction
+// waits for it: the statement goes last, just before the COMMIT
+// (execAtCommit), so that the row is held for the commit alone.
 func statementIssueTx(tx *Tx, chargeID int64, now time.Time) {
-	tx.execLater(nil, `
+	tx.execAtCommit(`
 WITH n AS (
     UPDATE billing.statement_counter SET last_number = last_number + 1
     WHERE NOT EXISTS (SELECT 1 FROM billing.statements WHERE charge_id = $1)

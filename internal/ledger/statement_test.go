@@ -114,3 +114,40 @@ CREATE TRIGGER fail_after_settle AFTER INSERT ON billing.charge_transitions
 		require.Equal(t, int64(8), b.Count(t, `SELECT last_number FROM billing.statement_counter`))
 	})
 }
+
+// The statement counter's row, which every settling transaction locks, is
+// taken just before the commit: a transaction that settled a charge and
+// goes on (River completing its job, the notifications) does not hold the
+// other settling transactions back meanwhile.
+func TestStatementNumberTakenAtCommit(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, setupOpts{})
+	b.record(ctx, t, event("e", 1000))
+	cc, err := b.closeClaim(ctx, "w", "", true)
+	require.NoError(t, err)
+	claim, err := b.Ledger.ChargeLookupNone(ctx, cc.Claim, "job:1/1")
+	require.NoError(t, err)
+	c, err := b.Ledger.ChargeRecordOutcome(ctx, claim, ledger.Outcome{Class: ledger.OutcomeSucceeded, StripePaymentIntentID: "pi_1"},
+		"job:1/1", func(ctx context.Context, tx *ledger.Tx) error {
+			// What the charge's transition queued has been sent by now.
+			if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+			other, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = other.Rollback(ctx) }()
+			var n int64
+			if err := other.QueryRow(ctx, `SELECT last_number FROM billing.statement_counter FOR UPDATE NOWAIT`).Scan(&n); err != nil {
+				return fmt.Errorf("the counter is locked before the commit: %w", err)
+			}
+			if n != 0 {
+				return fmt.Errorf("counter at %d before the commit", n)
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.Equal(t, ledger.ChargeSucceeded, c.Status)
+	require.Equal(t, []int64{1}, b.statementNumbers(t, ctx))
+}

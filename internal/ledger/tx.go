@@ -48,6 +48,9 @@ type Tx struct {
 
 	// pending are the statements queued for the next round trip.
 	pending *pgx.Batch
+	// atCommit are the statements queued for the commit's round trip
+	// (execAtCommit), sent after everything else.
+	atCommit []*pgx.QueuedQuery
 
 	parent      *Tx
 	transitions [][2]string // (from, to); from is "" for a charge's creation
@@ -147,17 +150,25 @@ func (tx *Tx) Begin(ctx context.Context) (pgx.Tx, error) {
 // Rollback rolls back (to a savepoint), forgetting the queued statements;
 // a transaction that never began has nothing to roll back.
 func (tx *Tx) Rollback(ctx context.Context) error {
-	tx.pending = nil
+	tx.pending, tx.atCommit = nil, nil
 	if tx.pg == nil {
 		return nil
 	}
 	return tx.pg.Rollback(ctx)
 }
 
-// Commit sends the queued statements, commits (releases a savepoint) and
-// hands the savepoint's records to its parent. A transaction that never
+// Commit sends the queued statements, then those queued for the commit
+// (execAtCommit), and commits; a savepoint is released and hands its records
+// and its statements for the commit to its parent. A transaction that never
 // began has nothing to commit.
 func (tx *Tx) Commit(ctx context.Context) error {
+	if tx.parent == nil && len(tx.atCommit) > 0 {
+		if tx.pending == nil {
+			tx.pending = &pgx.Batch{}
+		}
+		tx.pending.QueuedQueries = append(tx.pending.QueuedQueries, tx.atCommit...)
+		tx.atCommit = nil
+	}
 	if err := tx.flush(ctx); err != nil {
 		return err
 	}
@@ -168,6 +179,7 @@ func (tx *Tx) Commit(ctx context.Context) error {
 		return err
 	}
 	if p := tx.parent; p != nil {
+		p.atCommit = append(p.atCommit, tx.atCommit...)
 		p.transitions = append(p.transitions, tx.transitions...)
 		for _, n := range tx.notices {
 			recordNotice(p, n)
@@ -250,6 +262,18 @@ func (tx *Tx) execLater(check func(pgconn.CommandTag) error, sql string, args ..
 	if check != nil {
 		q.Exec(check)
 	}
+}
+
+// execAtCommit queues sql in tx to go last, after everything else the
+// transaction sends, in the round trip before its COMMIT: for a statement
+// that locks a row every transaction of its kind needs (the statement
+// counter), so that the others wait for this one's commit alone, not for
+// the rest of it (River's completion, the notifications), which through a
+// pooler costs more round trips (docs/benchmarks.md). Nothing in the
+// transaction may read what it writes. A savepoint hands its statements to
+// its parent when released; a rollback forgets them.
+func (tx *Tx) execAtCommit(sql string, args ...any) {
+	tx.atCommit = append(tx.atCommit, &pgx.QueuedQuery{SQL: sql, Arguments: args})
 }
 
 // ExecLater queues sql in tx, a transaction the ledger handed its caller (as

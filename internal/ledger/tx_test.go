@@ -154,4 +154,47 @@ func TestTxPipeline(t *testing.T) {
 		require.Equal(t, 6, seen, "the read sees the insert queued before it")
 		require.Equal(t, int64(2), counter.n.Load(), "begin with the insert and the read, commit:%s", counter)
 	})
+
+	t.Run("AtCommitGoesLastWithTheCommitAndSavepointsHandItUp", func(t *testing.T) {
+		counter.reset()
+		var seen []int64
+		seenNow := func(tx *ledger.Tx) error {
+			var n int64
+			err := tx.QueryRow(ctx, `SELECT count(*) FROM pipeline_test WHERE id BETWEEN 20 AND 29`).Scan(&n)
+			seen = append(seen, n)
+			return err
+		}
+		var order int
+		err := l.InTx(ctx, func(tx *ledger.Tx) error {
+			ledger.ExecAtCommit(tx, `INSERT INTO pipeline_test (id, v) VALUES (20, 'at commit')`)
+			insert(tx, 21, "queued after, sent before")
+			if err := tx.Savepoint(ctx, func(sp *ledger.Tx) error {
+				ledger.ExecAtCommit(sp, `INSERT INTO pipeline_test (id, v) VALUES (22, 'released')`)
+				return nil
+			}); err != nil {
+				return err
+			}
+			errRollback := errors.New("roll back")
+			if err := tx.Savepoint(ctx, func(sp *ledger.Tx) error {
+				ledger.ExecAtCommit(sp, `INSERT INTO pipeline_test (id, v) VALUES (23, 'rolled back')`)
+				return errRollback
+			}); !errors.Is(err, errRollback) {
+				return err
+			}
+			if err := seenNow(tx); err != nil {
+				return err
+			}
+			// The last statement of all: it sees 21 only, and 20 comes after.
+			ledger.ExecLaterChecked(tx, nil, `INSERT INTO pipeline_test (id, v)
+SELECT 24, count(*)::text FROM pipeline_test WHERE id BETWEEN 20 AND 23`)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int64{1}, seen, "nothing for the commit is sent before it")
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT v::int FROM pipeline_test WHERE id = 24`).Scan(&order))
+		require.Equal(t, 1, order, "the statements for the commit go after every other")
+		require.Equal(t, int64(4), b.Count(t, `SELECT count(*) FROM pipeline_test WHERE id BETWEEN 20 AND 29`), "20, 21, 22, 24; not 23")
+		require.Equal(t, int64(8), counter.n.Load(),
+			"begin, two savepoints, the read; the statements for the commit go with the last insert, not alone:%s", counter)
+	})
 }
