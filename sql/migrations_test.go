@@ -387,3 +387,72 @@ VALUES ('c5', 'after', '2026-11', 'test', 'cli:test', now())`)
 	require.Equal(t, events, text(eventsJSON))
 	require.Equal(t, "p", text(`SELECT relkind::text FROM pg_class WHERE oid = 'billing.usage_events'::regclass`))
 }
+
+// Migration 00032 gives top-ups, their transitions, the grants they bought
+// and the voids keys and foreign keys that include customer_id (the Citus
+// shape, docs/scaling.md) on a ledger as it stands: each transition gets its
+// top-up's customer, a grant can no longer name another customer's top-up,
+// and Down gives the schema back as it was.
+func TestMigration00032CitusTopUps(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testdb.NewEmpty(t)
+	migrateTo(ctx, t, url, 31)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	text := func(sql string) string {
+		t.Helper()
+		var s string
+		require.NoError(t, conn.QueryRow(ctx, sql).Scan(&s))
+		return s
+	}
+	const keys = `
+SELECT string_agg(conrelid::regclass || ' ' || conname || ': ' || pg_get_constraintdef(oid), E'\n' ORDER BY conrelid::regclass::text, conname)
+FROM pg_constraint WHERE conrelid IN ('billing.top_ups'::regclass, 'billing.top_up_transitions'::regclass,
+                                      'billing.credit_grants'::regclass, 'billing.usage_event_voids'::regclass)
+  AND contype IN ('p', 'u', 'f') AND conparentid = 0`
+	const transitions = `SELECT string_agg(id || ' ' || top_up || ' ' || to_status, ',' ORDER BY id) FROM billing.top_up_transitions`
+	exec(`
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+VALUES ('acme', 'cus_1', 'usd', now(), now()), ('beta', 'cus_2', 'usd', now(), now());
+INSERT INTO billing.top_ups (id, customer_id, top_up_id, source, status, amount_cents, currency, category, priority,
+                             stripe_customer_id, top_up_key, key_namespace, stripe_payment_intent_id, created_at, created_by, updated_at)
+OVERRIDING SYSTEM VALUE
+VALUES (1, 'acme', 't1', 'api', 'succeeded', 500, 'usd', 'paid', 0, 'cus_1', 'k1', 'test', 'pi_1', now(), 'api:test', now()),
+       (2, 'beta', 't1', 'api', 'pending', 700, 'usd', 'paid', 0, 'cus_2', 'k2', 'test', NULL, now(), 'api:test', now());
+INSERT INTO billing.top_up_transitions (top_up, from_status, to_status, actor, created_at)
+VALUES (1, NULL, 'pending', 'api:test', now()), (2, NULL, 'pending', 'api:test', now()),
+       (1, 'pending', 'succeeded', 'job:1/1', now());
+INSERT INTO billing.credit_grants (customer_id, grant_id, amount_cents, currency, category, priority, created_at, created_by, top_up_id)
+VALUES ('acme', 'top_up:t1', 500, 'usd', 'paid', 0, now(), 'job:1/1', 1)`)
+	keys31, transitions31 := text(keys), text(transitions)
+
+	migrateTo(ctx, t, url, 32)
+	require.Equal(t, "acme,beta,acme", text(`SELECT string_agg(customer_id, ',' ORDER BY id) FROM billing.top_up_transitions`))
+	require.Equal(t, transitions31, text(transitions))
+	_, err = conn.Exec(ctx, `
+INSERT INTO billing.credit_grants (customer_id, grant_id, amount_cents, currency, category, priority, created_at, created_by, top_up_id)
+VALUES ('beta', 'top_up:t1', 500, 'usd', 'paid', 0, now(), 'job:1/1', 1)`)
+	require.Equal(t, "credit_grants_top_up_id_fkey", requirePgError(t, err, "23503", "violates foreign key"),
+		"beta's grant naming acme's top-up")
+	_, err = conn.Exec(ctx, `
+INSERT INTO billing.top_up_transitions (top_up, customer_id, to_status, actor, created_at) VALUES (2, 'acme', 'failed', 'job:1/1', now())`)
+	require.Equal(t, "top_up_transitions_top_up_fkey", requirePgError(t, err, "23503", "violates foreign key"))
+	_, err = conn.Exec(ctx, `UPDATE billing.top_up_transitions SET reason = 'x'`)
+	requirePgError(t, err, "P0001", "append-only")
+	_, err = conn.Exec(ctx, `UPDATE billing.top_ups SET top_up_key = 'k1' WHERE id = 2 AND customer_id = 'beta'`)
+	require.NoError(t, err, "a key unique per customer: derived from it, it cannot meet another's")
+
+	exec(`UPDATE billing.top_ups SET top_up_key = 'k2' WHERE id = 2`)
+	_, err = provider(t, url).DownTo(ctx, 31)
+	require.NoError(t, err)
+	require.Equal(t, keys31, text(keys))
+	require.Equal(t, transitions31, text(transitions))
+	require.Equal(t, "0", text(`SELECT count(*)::text FROM pg_attribute WHERE attrelid = 'billing.top_up_transitions'::regclass AND attname = 'customer_id'`))
+}

@@ -322,7 +322,7 @@ RETURNING id`, want.CustomerID, want.TopUpID, want.Source, want.AmountCents, wan
 			return nil, false, err
 		}
 		tx.execLater(nil, `UPDATE billing.top_ups SET job_id = $2 WHERE id = $1`, id, jobID)
-		topUpTransitionTx(tx, now, id, "", TopUpPending, want.CreatedBy,
+		topUpTransitionTx(tx, now, id, want.CustomerID, "", TopUpPending, want.CreatedBy,
 			fmt.Sprintf("%s top-up of %d %s", want.Source, want.AmountCents, want.Currency))
 	}
 	t, err := topUpGetTx(ctx, tx, want.CustomerID, want.TopUpID, false)
@@ -426,10 +426,10 @@ WHERE customer_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, p.CustomerID, aft
 	return out, more, nil
 }
 
-// topUpTransitionTx logs top-up id's move from status from ("" on
-// creation) to to, with the notification it sends; the statement goes with
-// the transaction's next one.
-func topUpTransitionTx(tx *Tx, now time.Time, id int64, from, to TopUpStatus, actor, reason string) {
+// topUpTransitionTx logs the move of top-up id of customerID from status
+// from ("" on creation) to to, with the notification it sends; the
+// statement goes with the transaction's next one.
+func topUpTransitionTx(tx *Tx, now time.Time, id int64, customerID string, from, to TopUpStatus, actor, reason string) {
 	var f, r *string
 	if from != "" {
 		s := string(from)
@@ -439,8 +439,8 @@ func topUpTransitionTx(tx *Tx, now time.Time, id int64, from, to TopUpStatus, ac
 		r = &reason
 	}
 	tx.execLater(nil, `
-INSERT INTO billing.top_up_transitions (top_up, from_status, to_status, reason, actor, created_at)
-VALUES ($1, $2, $3, $4, $5, $6)`, id, f, to, r, actor, now)
+INSERT INTO billing.top_up_transitions (top_up, customer_id, from_status, to_status, reason, actor, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, customerID, f, to, r, actor, now)
 	if from == to {
 		return
 	}

@@ -266,7 +266,7 @@ RETURNING `+topUpColumns, t.ID, to, nullString(o.StripePaymentIntentID), nullStr
 				reason += ": " + o.ErrorMessage
 			}
 		}
-		topUpTransitionTx(tx, now, t.ID, t.Status, to, actor, reason)
+		topUpTransitionTx(tx, now, t.ID, t.CustomerID, t.Status, to, actor, reason)
 	}
 	if to == TopUpSucceeded && changed {
 		if err := l.topUpGrantTx(ctx, tx, now, updated, actor); err != nil {
@@ -414,7 +414,7 @@ WHERE id = $1 RETURNING `+topUpColumns, t.ID, p.Actor, p.Reason, now))
 		if err != nil {
 			return fmt.Errorf("error canceling top-up: %w", err)
 		}
-		topUpTransitionTx(tx, now, t.ID, from, TopUpCanceled, p.Actor, p.Reason)
+		topUpTransitionTx(tx, now, t.ID, t.CustomerID, from, TopUpCanceled, p.Actor, p.Reason)
 		changed = true
 		return nil
 	})
