@@ -42,6 +42,39 @@ func migrateTo(ctx context.Context, t *testing.T, url string, version int64) {
 	require.NoError(t, err)
 }
 
+// migrationDB is an empty database for a migration's test, a connection to
+// it (closed when the test ends) and two helpers over that connection.
+type migrationDB struct {
+	t    *testing.T
+	ctx  context.Context
+	url  string
+	conn *pgx.Conn
+}
+
+func newMigrationDB(t *testing.T) *migrationDB {
+	t.Helper()
+	d := &migrationDB{t: t, ctx: t.Context(), url: testdb.NewEmpty(t)}
+	conn, err := pgx.Connect(d.ctx, d.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	d.conn = conn
+	return d
+}
+
+// exec runs sql, which must succeed.
+func (d *migrationDB) exec(sql string, args ...any) {
+	d.t.Helper()
+	_, err := d.conn.Exec(d.ctx, sql, args...)
+	require.NoError(d.t, err)
+}
+
+// text returns the one value sql reads, as text.
+func (d *migrationDB) text(sql string, args ...any) (s string) {
+	d.t.Helper()
+	require.NoError(d.t, d.conn.QueryRow(d.ctx, sql, args...).Scan(&s))
+	return s
+}
+
 // Migration 00025 gives every charge made before it its lines, so that a
 // charge is the sum of its lines whenever it was made, and the
 // reconciliation holds every charge to them.
@@ -211,21 +244,8 @@ func requirePgError(t *testing.T, err error, code, contains string) (constraint 
 // directly. Down makes it one table again, as it was.
 func TestMigration00031PartitionedUsageEvents(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	url := testdb.NewEmpty(t)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
-	text := func(sql string, args ...any) (s string) {
-		t.Helper()
-		require.NoError(t, conn.QueryRow(ctx, sql, args...).Scan(&s))
-		return s
-	}
+	d := newMigrationDB(t)
+	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
 	const (
 		eventsJSON = `SELECT json_agg(e ORDER BY id)::text FROM billing.usage_events e`
 		voidsJSON  = `SELECT json_agg(v ORDER BY id)::text FROM billing.usage_event_voids v`
@@ -395,23 +415,9 @@ VALUES ('c5', 'after', '2026-11', 'test', 'cli:test', now())`)
 // and Down gives the schema back as it was.
 func TestMigration00032CitusTopUps(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	url := testdb.NewEmpty(t)
+	d := newMigrationDB(t)
+	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
 	migrateTo(ctx, t, url, 31)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	exec := func(sql string) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	text := func(sql string) string {
-		t.Helper()
-		var s string
-		require.NoError(t, conn.QueryRow(ctx, sql).Scan(&s))
-		return s
-	}
 	const keys = `
 SELECT string_agg(conrelid::regclass || ' ' || conname || ': ' || pg_get_constraintdef(oid), E'\n' ORDER BY conrelid::regclass::text, conname)
 FROM pg_constraint WHERE conrelid IN ('billing.top_ups'::regclass, 'billing.top_up_transitions'::regclass,
@@ -436,7 +442,7 @@ VALUES ('acme', 'top_up:t1', 500, 'usd', 'paid', 0, now(), 'job:1/1', 1)`)
 	migrateTo(ctx, t, url, 32)
 	require.Equal(t, "acme,beta,acme", text(`SELECT string_agg(customer_id, ',' ORDER BY id) FROM billing.top_up_transitions`))
 	require.Equal(t, transitions31, text(transitions))
-	_, err = conn.Exec(ctx, `
+	_, err := conn.Exec(ctx, `
 INSERT INTO billing.credit_grants (customer_id, grant_id, amount_cents, currency, category, priority, created_at, created_by, top_up_id)
 VALUES ('beta', 'top_up:t1', 500, 'usd', 'paid', 0, now(), 'job:1/1', 1)`)
 	require.Equal(t, "credit_grants_top_up_id_fkey", requirePgError(t, err, "23503", "violates foreign key"),
