@@ -51,9 +51,13 @@ type migrationDB struct {
 	conn *pgx.Conn
 }
 
-func newMigrationDB(t *testing.T) *migrationDB {
+// newMigrationDB migrates it up to version (none for 0).
+func newMigrationDB(t *testing.T, version int64) *migrationDB {
 	t.Helper()
 	d := &migrationDB{t: t, ctx: t.Context(), url: testdb.NewEmpty(t)}
+	if version > 0 {
+		migrateTo(d.ctx, t, d.url, version)
+	}
 	conn, err := pgx.Connect(d.ctx, d.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
@@ -73,6 +77,17 @@ func (d *migrationDB) text(sql string, args ...any) (s string) {
 	d.t.Helper()
 	require.NoError(d.t, d.conn.QueryRow(d.ctx, sql, args...).Scan(&s))
 	return s
+}
+
+// constraints lists the constraints of tables (primary keys, unique,
+// foreign keys, checks), one line each, sorted; a partition's clones of its
+// parent's are left out.
+func (d *migrationDB) constraints(tables ...string) string {
+	d.t.Helper()
+	return d.text(`
+SELECT coalesce(string_agg(conrelid::regclass || ' ' || conname || ': ' || pg_get_constraintdef(oid), E'\n'
+                           ORDER BY conrelid::regclass::text, conname), '')
+FROM pg_constraint WHERE conrelid = ANY ($1::regclass[]) AND conparentid = 0`, tables)
 }
 
 // Migration 00025 gives every charge made before it its lines, so that a
@@ -244,7 +259,7 @@ func requirePgError(t *testing.T, err error, code, contains string) (constraint 
 // directly. Down makes it one table again, as it was.
 func TestMigration00031PartitionedUsageEvents(t *testing.T) {
 	t.Parallel()
-	d := newMigrationDB(t)
+	d := newMigrationDB(t, 0)
 	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
 	const (
 		eventsJSON = `SELECT json_agg(e ORDER BY id)::text FROM billing.usage_events e`
@@ -415,14 +430,11 @@ VALUES ('c5', 'after', '2026-11', 'test', 'cli:test', now())`)
 // and Down gives the schema back as it was.
 func TestMigration00032CitusTopUps(t *testing.T) {
 	t.Parallel()
-	d := newMigrationDB(t)
+	d := newMigrationDB(t, 31)
 	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
-	migrateTo(ctx, t, url, 31)
-	const keys = `
-SELECT string_agg(conrelid::regclass || ' ' || conname || ': ' || pg_get_constraintdef(oid), E'\n' ORDER BY conrelid::regclass::text, conname)
-FROM pg_constraint WHERE conrelid IN ('billing.top_ups'::regclass, 'billing.top_up_transitions'::regclass,
-                                      'billing.credit_grants'::regclass, 'billing.usage_event_voids'::regclass)
-  AND contype IN ('p', 'u', 'f') AND conparentid = 0`
+	keys := func() string {
+		return d.constraints("billing.top_ups", "billing.top_up_transitions", "billing.credit_grants", "billing.usage_event_voids")
+	}
 	const transitions = `SELECT string_agg(id || ' ' || top_up || ' ' || to_status, ',' ORDER BY id) FROM billing.top_up_transitions`
 	exec(`
 INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
@@ -437,7 +449,7 @@ VALUES (1, NULL, 'pending', 'api:test', now()), (2, NULL, 'pending', 'api:test',
        (1, 'pending', 'succeeded', 'job:1/1', now());
 INSERT INTO billing.credit_grants (customer_id, grant_id, amount_cents, currency, category, priority, created_at, created_by, top_up_id)
 VALUES ('acme', 'top_up:t1', 500, 'usd', 'paid', 0, now(), 'job:1/1', 1)`)
-	keys31, transitions31 := text(keys), text(transitions)
+	keys31, transitions31 := keys(), text(transitions)
 
 	migrateTo(ctx, t, url, 32)
 	require.Equal(t, "acme,beta,acme", text(`SELECT string_agg(customer_id, ',' ORDER BY id) FROM billing.top_up_transitions`))
@@ -458,7 +470,49 @@ INSERT INTO billing.top_up_transitions (top_up, customer_id, to_status, actor, c
 	exec(`UPDATE billing.top_ups SET top_up_key = 'k2' WHERE id = 2`)
 	_, err = provider(t, url).DownTo(ctx, 31)
 	require.NoError(t, err)
-	require.Equal(t, keys31, text(keys))
+	require.Equal(t, keys31, keys())
 	require.Equal(t, transitions31, text(transitions))
 	require.Equal(t, "0", text(`SELECT count(*)::text FROM pg_attribute WHERE attrelid = 'billing.top_up_transitions'::regclass AND attname = 'customer_id'`))
+}
+
+// Migration 00033 gives notifications, their deliveries and attempts the
+// customer their notification reports on, from its body, and keys and
+// foreign keys that include it (the Citus shape); Down gives the schema
+// back as it was.
+func TestMigration00033CitusWebhooks(t *testing.T) {
+	t.Parallel()
+	d := newMigrationDB(t, 32)
+	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
+	keys := func() string {
+		return d.constraints("billing.notifications", "billing.webhook_deliveries", "billing.webhook_attempts")
+	}
+	exec(`
+INSERT INTO billing.webhook_endpoints (url, events, secret, created_at, updated_at)
+VALUES ('https://a.example/hook', '{*}', 'whsec_test', now(), now());
+INSERT INTO billing.notifications (id, type, body, created_at)
+VALUES ('ntf_1', 'charge.succeeded', '{"data": {"object": {"customer_id": "acme", "id": 1}}}', now()),
+       ('ntf_2', 'period.closed', '{"data": {"object": {"customer_id": "beta", "period": "2026-11"}}}', now());
+INSERT INTO billing.webhook_deliveries (notification_id, endpoint_id, created_at, updated_at)
+SELECT n, id, now(), now() FROM billing.webhook_endpoints, unnest(ARRAY['ntf_1', 'ntf_2']) n;
+INSERT INTO billing.webhook_attempts (delivery_id, attempt, started_at, latency_ms, status_code)
+SELECT id, 1, now(), 5, 500 FROM billing.webhook_deliveries`)
+	keys32 := keys()
+
+	migrateTo(ctx, t, url, 33)
+	require.Equal(t, "ntf_1 acme,ntf_2 beta", text(`SELECT string_agg(id || ' ' || customer_id, ',' ORDER BY id) FROM billing.notifications`))
+	require.Equal(t, "ntf_1 acme,ntf_2 beta", text(`
+SELECT string_agg(d.notification_id || ' ' || a.customer_id, ',' ORDER BY d.notification_id)
+FROM billing.webhook_attempts a JOIN billing.webhook_deliveries d ON d.id = a.delivery_id AND d.customer_id = a.customer_id`))
+	_, err := conn.Exec(ctx, `
+INSERT INTO billing.webhook_deliveries (notification_id, customer_id, endpoint_id, created_at, updated_at)
+SELECT 'ntf_1', 'beta', id, now(), now() FROM billing.webhook_endpoints`)
+	require.Equal(t, "webhook_deliveries_notification_id_fkey", requirePgError(t, err, "23503", "violates foreign key"),
+		"a delivery of acme's notification named beta's")
+
+	_, err = provider(t, url).DownTo(ctx, 32)
+	require.NoError(t, err)
+	require.Equal(t, keys32, keys())
+	require.Equal(t, "0", text(`
+SELECT count(*)::text FROM pg_attribute WHERE attname = 'customer_id' AND NOT attisdropped
+  AND attrelid IN ('billing.notifications'::regclass, 'billing.webhook_deliveries'::regclass, 'billing.webhook_attempts'::regclass)`))
 }

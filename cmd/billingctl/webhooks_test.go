@@ -49,9 +49,9 @@ func TestWebhooks(t *testing.T) {
 
 	// A delivery that ran out of attempts is sent again, with a new job.
 	_, err = b.pool.Exec(ctx, `
-INSERT INTO billing.notifications (id, type, body, created_at) VALUES ('ntf_1', 'period.closed', '{}', now());
-INSERT INTO billing.webhook_deliveries (notification_id, endpoint_id, status, attempt_count, created_at, updated_at)
-SELECT 'ntf_1', id, 'failed', 72, now(), now() FROM billing.webhook_endpoints`)
+INSERT INTO billing.notifications (id, customer_id, type, body, created_at) VALUES ('ntf_1', 'acme', 'period.closed', '{}', now());
+INSERT INTO billing.webhook_deliveries (notification_id, customer_id, endpoint_id, status, attempt_count, created_at, updated_at)
+SELECT 'ntf_1', 'acme', id, 'failed', 72, now(), now() FROM billing.webhook_endpoints`)
 	require.NoError(t, err)
 	_, _, err = b.billingctl(ctx, "webhooks", "redeliver")
 	require.ErrorContains(t, err, "name a notification, an endpoint or a time range")

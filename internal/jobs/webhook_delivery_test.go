@@ -277,9 +277,10 @@ func TestWebhookDeliveryRefused(t *testing.T) {
 		require.NoError(t, err)
 		var deliveryID int64
 		require.NoError(t, b.Pool.QueryRow(ctx, `
-WITH n AS (INSERT INTO billing.notifications (id, type, body, created_at) VALUES ('ntf_1', 'period.closed', '{}', now()) RETURNING id)
-INSERT INTO billing.webhook_deliveries (notification_id, endpoint_id, created_at, updated_at)
-SELECT n.id, e.id, now(), now() FROM n, billing.webhook_endpoints e RETURNING id`).Scan(&deliveryID))
+WITH n AS (INSERT INTO billing.notifications (id, customer_id, type, body, created_at)
+           VALUES ('ntf_1', 'acme', 'period.closed', '{}', now()) RETURNING id, customer_id)
+INSERT INTO billing.webhook_deliveries (notification_id, customer_id, endpoint_id, created_at, updated_at)
+SELECT n.id, n.customer_id, e.id, now(), now() FROM n, billing.webhook_endpoints e RETURNING id`).Scan(&deliveryID))
 		b.Resolver.Set("rebind.example", netip.MustParseAddr("10.0.0.7"))
 
 		rec := &recordingDial{}

@@ -93,8 +93,6 @@ var citusToMigrate = []string{
 	"billing.disputes",
 	"billing.disputes disputes_charge_id_fkey",
 	"billing.disputes disputes_pkey",
-	"billing.notifications",
-	"billing.notifications notifications_pkey",
 	"billing.operator_actions operator_actions_charge_id_fkey",
 	"billing.refund_events",
 	"billing.refund_events refund_events_event_key",
@@ -107,13 +105,6 @@ var citusToMigrate = []string{
 	"billing.statements statements_charge_id_fkey",
 	"billing.statements statements_charge_id_key",
 	"billing.statements statements_pkey",
-	"billing.webhook_attempts",
-	"billing.webhook_attempts webhook_attempts_delivery_id_fkey",
-	"billing.webhook_attempts webhook_attempts_pkey",
-	"billing.webhook_deliveries",
-	"billing.webhook_deliveries webhook_deliveries_notification_id_endpoint_id_key",
-	"billing.webhook_deliveries webhook_deliveries_notification_id_fkey",
-	"billing.webhook_deliveries webhook_deliveries_pkey",
 }
 
 // citusPlacement is where a table would live on Citus.

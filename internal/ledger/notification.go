@@ -126,11 +126,11 @@ func (l *Ledger) notifyTx(ctx context.Context, tx *Tx, now time.Time) error {
 		if len(to) == 0 {
 			continue
 		}
-		object, err := noticeObjectTx(ctx, tx, now, n)
+		object, customerID, err := noticeObjectTx(ctx, tx, now, n)
 		if err != nil {
 			return err
 		}
-		if err := l.notificationInsertTx(ctx, tx, now, n.typ, object, to); err != nil {
+		if err := l.notificationInsertTx(ctx, tx, now, n.typ, customerID, object, to); err != nil {
 			return err
 		}
 	}
@@ -158,41 +158,44 @@ func collectSubscriptions(rows pgx.Rows) ([]subscription, error) {
 	return subs, nil
 }
 
-// noticeObjectTx reads the object n reports, as the public API shows it.
-func noticeObjectTx(ctx context.Context, tx *Tx, now time.Time, n notice) (any, error) {
+// noticeObjectTx reads the object n reports, as the public API shows it,
+// and the customer it belongs to.
+func noticeObjectTx(ctx context.Context, tx *Tx, now time.Time, n notice) (any, string, error) {
 	if n.chargeID != 0 {
 		c, err := scanCharge(tx.QueryRow(ctx, `SELECT `+chargeColumns+` FROM billing.charges WHERE id = $1`, n.chargeID))
 		if err != nil {
-			return nil, fmt.Errorf("error reading charge %d to notify: %w", n.chargeID, err)
+			return nil, "", fmt.Errorf("error reading charge %d to notify: %w", n.chargeID, err)
 		}
-		return c.Public(), nil
+		return c.Public(), c.CustomerID, nil
 	}
 	if n.threshold != 0 {
-		return usageThresholdTx(ctx, tx, n.customerID, n.period, n.threshold)
+		th, err := usageThresholdTx(ctx, tx, n.customerID, n.period, n.threshold)
+		return th, n.customerID, err
 	}
 	if n.topUp != 0 {
 		t, err := scanTopUp(tx.QueryRow(ctx, `SELECT `+topUpColumns+` FROM billing.top_ups WHERE id = $1`, n.topUp))
 		if err != nil {
-			return nil, fmt.Errorf("error reading top-up %d to notify: %w", n.topUp, err)
+			return nil, "", fmt.Errorf("error reading top-up %d to notify: %w", n.topUp, err)
 		}
 		if n.typ == NotifyCreditBalanceLow {
-			return balanceLowTx(ctx, tx, t, n.balance)
+			b, err := balanceLowTx(ctx, tx, t, n.balance)
+			return b, t.CustomerID, err
 		}
-		return t.Public(), nil
+		return t.Public(), t.CustomerID, nil
 	}
 	if n.grantID != "" {
 		g, err := creditGrantGetTx(ctx, tx, now, n.customerID, n.grantID)
 		if err != nil {
-			return nil, fmt.Errorf("error reading grant %s/%s to notify: %w", n.customerID, n.grantID, err)
+			return nil, "", fmt.Errorf("error reading grant %s/%s to notify: %w", n.customerID, n.grantID, err)
 		}
-		return g.Public(), nil
+		return g.Public(), n.customerID, nil
 	}
 	p, err := scanPeriod(tx.QueryRow(ctx, periodSelectSQL+`
 WHERE p.customer_id = $1 AND p.period = $2`, n.customerID, n.period))
 	if err != nil {
-		return nil, fmt.Errorf("error reading period %s/%s to notify: %w", n.customerID, n.period, err)
+		return nil, "", fmt.Errorf("error reading period %s/%s to notify: %w", n.customerID, n.period, err)
 	}
-	return p.Public(), nil
+	return p.Public(), n.customerID, nil
 }
 
 // NotificationBody is what a webhook delivery posts: a notification.
@@ -208,7 +211,8 @@ type NotificationBody struct {
 	} `json:"data"`
 }
 
-func (l *Ledger) notificationInsertTx(ctx context.Context, tx *Tx, now time.Time, typ string, object any, endpoints []subscription) error {
+func (l *Ledger) notificationInsertTx(ctx context.Context, tx *Tx, now time.Time, typ, customerID string, object any,
+	endpoints []subscription) error {
 	id, err := newNotificationID()
 	if err != nil {
 		return err
@@ -223,8 +227,8 @@ func (l *Ledger) notificationInsertTx(ctx context.Context, tx *Tx, now time.Time
 	if err != nil {
 		return fmt.Errorf("error encoding %s notification: %w", typ, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO billing.notifications (id, type, body, created_at) VALUES ($1, $2, $3, $4)`,
-		id, typ, raw, now); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO billing.notifications (id, customer_id, type, body, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		id, customerID, typ, raw, now); err != nil {
 		return fmt.Errorf("error writing %s notification: %w", typ, err)
 	}
 	if l.config.Scheduler == nil {
@@ -237,8 +241,8 @@ func (l *Ledger) notificationInsertTx(ctx context.Context, tx *Tx, now time.Time
 		}
 		var deliveryID int64
 		if err := tx.QueryRow(ctx, `
-INSERT INTO billing.webhook_deliveries (notification_id, endpoint_id, status, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $4) RETURNING id`, id, e.id, status, now).Scan(&deliveryID); err != nil {
+INSERT INTO billing.webhook_deliveries (notification_id, customer_id, endpoint_id, status, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5) RETURNING id`, id, customerID, e.id, status, now).Scan(&deliveryID); err != nil {
 			return fmt.Errorf("error writing delivery of %s to endpoint %d: %w", id, e.id, err)
 		}
 		if e.disabled {

@@ -39,7 +39,7 @@ func (l *Ledger) WebhookDeliveryGet(ctx context.Context, id int64) (*WebhookDeli
 	e, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
 SELECT `+webhookEndpointColumns+`, e.deleted_at, d.id, d.status, d.attempt_count, n.id, n.type, n.body::text
 FROM billing.webhook_deliveries d
-JOIN billing.notifications n ON n.id = d.notification_id
+JOIN billing.notifications n ON n.id = d.notification_id AND n.customer_id = d.customer_id
 JOIN billing.webhook_endpoints e ON e.id = d.endpoint_id
 WHERE d.id = $1`, id), &deletedAt, &d.ID, &d.Status, &d.AttemptCount, &d.NotificationID, &d.Type, &d.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -108,6 +108,7 @@ func (l *Ledger) WebhookAttemptRecord(ctx context.Context, a WebhookAttempt) (At
 		now := l.now()
 		var attempt int
 		var endpointID int64
+		var customerID string
 		err := tx.QueryRow(ctx, `
 UPDATE billing.webhook_deliveries
 SET attempt_count = attempt_count + 1, last_attempt_at = $3,
@@ -115,7 +116,7 @@ SET attempt_count = attempt_count + 1, last_attempt_at = $3,
     delivered_at = CASE WHEN status = 'pending' AND $2 = 'delivered' THEN $3 ELSE delivered_at END,
     updated_at = $3
 WHERE id = $1
-RETURNING attempt_count, status, endpoint_id`, a.DeliveryID, status, now).Scan(&attempt, &rec.Status, &endpointID)
+RETURNING attempt_count, status, endpoint_id, customer_id`, a.DeliveryID, status, now).Scan(&attempt, &rec.Status, &endpointID, &customerID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("webhook delivery %d", a.DeliveryID)
 		}
@@ -123,8 +124,8 @@ RETURNING attempt_count, status, endpoint_id`, a.DeliveryID, status, now).Scan(&
 			return fmt.Errorf("error recording attempt of webhook delivery %d: %w", a.DeliveryID, err)
 		}
 		_, err = tx.Exec(ctx, `
-INSERT INTO billing.webhook_attempts (delivery_id, attempt, started_at, latency_ms, status_code, error, response_excerpt)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`, a.DeliveryID, attempt, a.StartedAt, a.Latency.Milliseconds(),
+INSERT INTO billing.webhook_attempts (delivery_id, customer_id, attempt, started_at, latency_ms, status_code, error, response_excerpt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, a.DeliveryID, customerID, attempt, a.StartedAt, a.Latency.Milliseconds(),
 			nullInt(a.StatusCode), nullString(a.Error), nullString(a.Excerpt))
 		if err != nil {
 			return fmt.Errorf("error logging attempt of webhook delivery %d: %w", a.DeliveryID, err)
@@ -173,7 +174,7 @@ func (l *Ledger) WebhookRedeliver(ctx context.Context, p WebhookRedeliverParams)
 		n = 0
 		rows, err := tx.Query(ctx, `
 SELECT d.id FROM billing.webhook_deliveries d
-JOIN billing.notifications n ON n.id = d.notification_id
+JOIN billing.notifications n ON n.id = d.notification_id AND n.customer_id = d.customer_id
 JOIN billing.webhook_endpoints e ON e.id = d.endpoint_id
 WHERE d.status IN ('delivered', 'failed') AND e.deleted_at IS NULL
   AND ($1 = '' OR d.notification_id = $1)
