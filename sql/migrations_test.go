@@ -516,3 +516,80 @@ SELECT 'ntf_1', 'beta', id, now(), now() FROM billing.webhook_endpoints`)
 SELECT count(*)::text FROM pg_attribute WHERE attname = 'customer_id' AND NOT attisdropped
   AND attrelid IN ('billing.notifications'::regclass, 'billing.webhook_deliveries'::regclass, 'billing.webhook_attempts'::regclass)`))
 }
+
+// Migration 00034 gives a charge's attempts, transitions, lines and
+// statement, its refunds and disputes and their events the charge's
+// customer, and every key and foreign key among them customer_id (the Citus
+// shape); a refund recorded without its charge gets the customer of the
+// charge its Stripe charge paid, and one of no charge stops the migration
+// with what to do. Down gives the schema back as it was.
+func TestMigration00034CitusCharges(t *testing.T) {
+	t.Parallel()
+	d := newMigrationDB(t, 33)
+	ctx, url, conn, exec, text := d.ctx, d.url, d.conn, d.exec, d.text
+	tables := []string{"billing.charges", "billing.charge_attempts", "billing.charge_transitions", "billing.charge_lines",
+		"billing.statements", "billing.refunds", "billing.disputes", "billing.refund_events", "billing.dispute_events",
+		"billing.credit_grant_entries", "billing.operator_actions"}
+	indexes := func() string {
+		return text(`SELECT string_agg(indexrelid::regclass || ': ' || pg_get_indexdef(indexrelid), E'\n' ORDER BY indexrelid::regclass::text)
+FROM pg_index WHERE indrelid = ANY ($1::regclass[])`, tables)
+	}
+	exec(`
+INSERT INTO billing.customers (customer_id, stripe_customer_id, currency, created_at, updated_at)
+VALUES ('acme', 'cus_1', 'usd', now(), now()), ('beta', 'cus_2', 'usd', now(), now());
+INSERT INTO billing.periods (customer_id, period, currency, starts_at, ends_at, closes_at, created_at, status, closed_at)
+SELECT c, '2026-11', 'usd', now() - interval '1 day', now(), now(), now(), 'closed', now() FROM unnest(ARRAY['acme', 'beta']) c;
+INSERT INTO billing.charges (id, customer_id, period, status, amount_cents, currency, event_count, stripe_customer_id,
+                             charge_key, idempotency_key, created_at, updated_at, period_starts_at, stripe_charge_id)
+OVERRIDING SYSTEM VALUE
+VALUES (1, 'acme', '2026-11', 'pending', 900, 'usd', 1, 'cus_1', 'k1', 'i1', now(), now(), now(), 'ch_1'),
+       (2, 'beta', '2026-11', 'pending', 700, 'usd', 1, 'cus_2', 'k2', 'i2', now(), now(), now(), 'ch_2');
+INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner, started_at)
+VALUES (1, 1, 0, 'i1', 'w', now()), (2, 1, 0, 'i2', 'w', now());
+INSERT INTO billing.charge_transitions (charge_id, to_status, actor, created_at) VALUES (1, 'pending', 'job:1/1', now()), (2, 'pending', 'job:2/1', now());
+INSERT INTO billing.charge_lines (charge_id, line, kind, event_count, exact_amount, amount_cents, created_at)
+VALUES (1, 1, 'pre_priced', 1, 900, 900, now()), (2, 1, 'pre_priced', 1, 700, 700, now());
+INSERT INTO billing.statements (number, charge_id, issued_at) VALUES (1, 2, now());
+INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, amount_cents, currency, stripe_created_at, recorded_at)
+VALUES ('re_1', 1, 'ch_1', 100, 'usd', now(), now()), ('re_2', NULL, 'ch_2', 50, 'usd', now(), now());
+INSERT INTO billing.refund_events (stripe_refund_id, status, observed_at, recorded_at)
+VALUES ('re_1', 'succeeded', now(), now()), ('re_2', 'pending', now(), now());
+INSERT INTO billing.disputes (stripe_dispute_id, charge_id, stripe_charge_id, amount_cents, currency, stripe_created_at, recorded_at, stripe_event_id)
+VALUES ('dp_1', 2, 'ch_2', 700, 'usd', now(), now(), 'evt_1');
+INSERT INTO billing.dispute_events (stripe_dispute_id, status, amount_cents, observed_at, recorded_at)
+VALUES ('dp_1', 'needs_response', 700, now(), now());
+INSERT INTO billing.operator_actions (action, charge_id, actor, reason, created_at) VALUES ('approve', 1, 'cli:ops', 'test', now())`)
+	keys33, indexes33 := d.constraints(tables...), indexes()
+
+	// A refund of no charge of Tally's stops the migration, with what to do.
+	exec(`INSERT INTO billing.refunds (stripe_refund_id, charge_id, stripe_charge_id, amount_cents, currency, stripe_created_at, recorded_at)
+VALUES ('re_x', NULL, 'ch_other', 10, 'usd', now(), now())`)
+	_, err := provider(t, url).UpTo(ctx, 34)
+	require.ErrorContains(t, err, "refunds or disputes of no charge of Tally's: re_x")
+	exec(`ALTER TABLE billing.refunds DISABLE TRIGGER USER; DELETE FROM billing.refunds WHERE stripe_refund_id = 're_x';
+ALTER TABLE billing.refunds ENABLE TRIGGER USER`)
+
+	migrateTo(ctx, t, url, 34)
+	for table, want := range map[string]string{
+		"charge_attempts": "acme,beta", "charge_transitions": "acme,beta", "charge_lines": "acme,beta", "statements": "beta",
+		"refunds": "acme,beta", "refund_events": "acme,beta", "disputes": "beta", "dispute_events": "beta",
+	} {
+		require.Equal(t, want, text(`SELECT string_agg(customer_id, ',' ORDER BY customer_id) FROM billing.`+table), table)
+	}
+	_, err = conn.Exec(ctx, `INSERT INTO billing.charge_transitions (charge_id, customer_id, to_status, actor, created_at)
+VALUES (1, 'beta', 'pending', 'job:1/1', now())`)
+	require.Equal(t, "charge_transitions_charge_id_fkey", requirePgError(t, err, "23503", "violates foreign key"),
+		"a transition of acme's charge named beta's")
+	_, err = conn.Exec(ctx, `INSERT INTO billing.refund_events (stripe_refund_id, customer_id, status, observed_at, recorded_at)
+VALUES ('re_1', 'beta', 'failed', now(), now())`)
+	require.Equal(t, "refund_events_stripe_refund_id_fkey", requirePgError(t, err, "23503", "violates foreign key"))
+	_, err = conn.Exec(ctx, `UPDATE billing.charge_transitions SET reason = 'x'`)
+	requirePgError(t, err, "P0001", "append-only")
+
+	_, err = provider(t, url).DownTo(ctx, 33)
+	require.NoError(t, err)
+	require.Equal(t, keys33, d.constraints(tables...))
+	require.Equal(t, indexes33, indexes())
+	require.Equal(t, "0", text(`SELECT count(*)::text FROM pg_attribute WHERE attname = 'customer_id' AND NOT attisdropped
+  AND attrelid = ANY ($1::regclass[]) AND attrelid NOT IN ('billing.charges'::regclass, 'billing.credit_grant_entries'::regclass)`, tables))
+}

@@ -61,7 +61,8 @@ type adjustmentKind struct {
 	// statusSQL inserts a status row unless the object has one of that
 	// event already: $1 the Stripe id, $2 the status, $3 and $4 the event's
 	// id and type (NULL when empty), $5 when Stripe saw the status, $6 when
-	// Tally recorded it, then from $7 statusArgs(p), the kind's own columns.
+	// Tally recorded it, $7 the charge's customer, then from $8
+	// statusArgs(p), the kind's own columns.
 	statusSQL  string
 	statusArgs func(p *ChargeAdjustmentParams) []any
 }
@@ -75,39 +76,40 @@ type adjustmentKind struct {
 // It runs in a Stripe event's transaction (StripeEventHandle), which writes
 // the notification of a new adjustment before it commits.
 func (l *Ledger) adjustmentRecordTx(ctx context.Context, tx *Tx, k *adjustmentKind, p ChargeAdjustmentParams) (bool, error) {
-	chargeID, err := adjustmentChargeTx(ctx, tx, k, p)
+	charge, err := adjustmentChargeTx(ctx, tx, k, p)
 	if err != nil {
 		return false, err
 	}
-	return l.adjustmentRecordChargeTx(ctx, tx, k, chargeID, p)
+	return l.adjustmentRecordChargeTx(ctx, tx, k, charge, p)
 }
 
 // adjustmentRecordChargeTx records what p shows of an adjustment of kind k
-// of charge chargeID in tx: the object unless it is known (once per Stripe
-// id), and the status p shows, if any (once per object and event). It
-// reports whether the status row is new.
-func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, chargeID int64, p ChargeAdjustmentParams) (bool, error) {
+// of charge c in tx: the object unless it is known (once per Stripe id),
+// and the status p shows, if any (once per object and event). It reports
+// whether the status row is new.
+func (l *Ledger) adjustmentRecordChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, c chargeRef, p ChargeAdjustmentParams) (bool, error) {
 	now := l.now()
 	var eventID any = nullString(p.EventID)
 	if k.eventIDRequired {
 		eventID = p.EventID
 	}
 	tag, err := tx.Exec(ctx, `
-INSERT INTO `+k.table+` (`+k.idColumn+`, charge_id, stripe_charge_id, stripe_payment_intent_id,
+INSERT INTO `+k.table+` (`+k.idColumn+`, charge_id, customer_id, stripe_charge_id, stripe_payment_intent_id,
        amount_cents, currency, status, reason, stripe_created_at, recorded_at, stripe_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (`+k.idColumn+`) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID, nullString(p.StripePaymentIntentID),
-		p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt, now, eventID)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (`+k.idColumn+`, customer_id) DO NOTHING`, p.StripeID, c.id, c.customerID, p.StripeChargeID,
+		nullString(p.StripePaymentIntentID), p.AmountCents, p.Currency, nullString(p.Status), nullString(p.Reason), p.CreatedAt,
+		now, eventID)
 	if err != nil {
 		return false, fmt.Errorf("error recording %s %s: %w", k.noun, p.StripeID, err)
 	}
 	if tag.RowsAffected() == 1 {
-		recordNotice(tx, notice{typ: k.notify, chargeID: chargeID})
+		recordNotice(tx, notice{typ: k.notify, chargeID: c.id})
 	}
 	if p.Status == "" {
 		return false, nil
 	}
-	args := append([]any{p.StripeID, p.Status, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now},
+	args := append([]any{p.StripeID, p.Status, nullString(p.EventID), nullString(p.EventType), p.observedAt(), now, c.customerID},
 		k.statusArgs(&p)...)
 	tag, err = tx.Exec(ctx, k.statusSQL, args...)
 	if err != nil {
@@ -120,14 +122,16 @@ ON CONFLICT (`+k.idColumn+`) DO NOTHING`, p.StripeID, chargeID, p.StripeChargeID
 // one recorded with it when it is known already, else the charge paid by its
 // Stripe charge or PaymentIntent. It returns ErrNotFound when neither is
 // Tally's.
-func adjustmentChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, p ChargeAdjustmentParams) (int64, error) {
+func adjustmentChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, p ChargeAdjustmentParams) (chargeRef, error) {
 	var id *int64
-	err := tx.QueryRow(ctx, `SELECT charge_id FROM `+k.table+` WHERE `+k.idColumn+` = $1`, p.StripeID).Scan(&id)
+	var customerID string
+	err := tx.QueryRow(ctx, `SELECT charge_id, customer_id FROM `+k.table+` WHERE `+k.idColumn+` = $1`, p.StripeID).
+		Scan(&id, &customerID)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("error reading %s: %w", p.StripeID, err)
+		return chargeRef{}, fmt.Errorf("error reading %s: %w", p.StripeID, err)
 	}
 	if id != nil {
-		return *id, nil
+		return chargeRef{id: *id, customerID: customerID}, nil
 	}
-	return chargeIDByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
+	return chargeByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
 }

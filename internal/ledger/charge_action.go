@@ -208,7 +208,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, gen, c.IdempotencyKeyFor(gen
 		if err != nil {
 			return nil, fmt.Errorf("error approving: %w", err)
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, "approved: "+p.Reason); err != nil {
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, updated.Status, p.Actor, "approved: "+p.Reason); err != nil {
 			return nil, err
 		}
 		if err := l.chargePeriodJobRunNowTx(ctx, tx, c); err != nil {
@@ -244,7 +244,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now, p.Actor, p.Reason))
 			if err != nil {
 				return nil, fmt.Errorf("error requesting the cancel: %w", err)
 			}
-			if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, p.Actor,
+			if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, c.Status, p.Actor,
 				"cancel requested (its PaymentIntents are canceled on Stripe first): "+p.Reason); err != nil {
 				return nil, err
 			}
@@ -277,7 +277,7 @@ UPDATE billing.charges SET status = 'canceled', updated_at = $2 WHERE id = $1 RE
 		if err != nil {
 			return nil, fmt.Errorf("error canceling: %w", err)
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, "canceled: "+p.Reason); err != nil {
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, updated.Status, p.Actor, "canceled: "+p.Reason); err != nil {
 			return nil, err
 		}
 		return chargeSpendTx(ctx, tx, updated)
@@ -382,7 +382,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, job.KeepPaymentIntent, nullString
 		if err != nil {
 			return fmt.Errorf("error settling: %w", err)
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, charge.Status, job.Actor,
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, charge.Status, job.Actor,
 			fmt.Sprintf("resolved: kept %s, refunded every other PaymentIntent carrying the key", job.KeepPaymentIntent)); err != nil {
 			return err
 		}

@@ -32,10 +32,10 @@ func attemptStartTx(ctx context.Context, tx *Tx, now time.Time, claim *Claim) (*
 		}
 		return id, nil
 	}, `
-INSERT INTO billing.charge_attempts (charge_id, attempt, key_generation, idempotency_key, lease_owner,
+INSERT INTO billing.charge_attempts (charge_id, customer_id, attempt, key_generation, idempotency_key, lease_owner,
                                      river_job_id, river_attempt, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id`, c.ID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+RETURNING id`, c.ID, c.CustomerID, c.AttemptCount, c.KeyGeneration, c.IdempotencyKey, claim.Owner, jobID, jobAttempt, now)
 	if c.GenerationFirstAttemptedAt == nil {
 		if _, err := tx.Exec(ctx, `
 UPDATE billing.charges SET generation_first_attempted_at = $2 WHERE id = $1`, c.ID, now); err != nil {

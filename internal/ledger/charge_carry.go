@@ -21,7 +21,7 @@ UPDATE billing.charges SET status = 'carried_forward', updated_at = $2 WHERE id 
 	if err != nil {
 		return nil, fmt.Errorf("error carrying charge %d forward: %w", c.ID, err)
 	}
-	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, carried.Status, actor, reason); err != nil {
+	if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, carried.Status, actor, reason); err != nil {
 		return nil, err
 	}
 	return carried, nil
@@ -56,15 +56,16 @@ WHERE customer_id = $1 AND currency = $2 AND status = 'carried_forward' AND carr
 ORDER BY id FOR UPDATE`, customerID, currency)
 }
 
-// chargeCarriedIntoTx records that charge into bills the carried charges ids,
-// with a transition (status unchanged) on each.
-func chargeCarriedIntoTx(ctx context.Context, tx *Tx, now time.Time, ids []int64, into int64, actor string) error {
+// chargeCarriedIntoTx records that charge into of customerID bills the
+// carried charges ids (the customer's), with a transition (status
+// unchanged) on each.
+func chargeCarriedIntoTx(ctx context.Context, tx *Tx, now time.Time, ids []int64, into int64, customerID, actor string) error {
 	for _, id := range ids {
 		if _, err := tx.Exec(ctx, `UPDATE billing.charges SET carried_into = $2, updated_at = $3 WHERE id = $1`, id, into, now); err != nil {
 			return fmt.Errorf("error carrying charge %d into %d: %w", id, into, err)
 		}
 		status := ChargeCarriedForward
-		if err := transitionTx(ctx, tx, now, id, &status, status, actor, fmt.Sprintf("carried into charge %d", into)); err != nil {
+		if err := transitionTx(ctx, tx, now, id, customerID, &status, status, actor, fmt.Sprintf("carried into charge %d", into)); err != nil {
 			return err
 		}
 	}

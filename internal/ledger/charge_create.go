@@ -83,7 +83,7 @@ RETURNING `+chargeColumns,
 	if err != nil {
 		return nil, false, fmt.Errorf("error creating charge: %w", err)
 	}
-	if err := chargeLinesInsertTx(tx, charge.ID, lines, now); err != nil {
+	if err := chargeLinesInsertTx(tx, charge.ID, charge.CustomerID, lines, now); err != nil {
 		return nil, false, err
 	}
 	creditsAppliedInsertTx(tx, p.CustomerID, charge.ID, credits, available, p.Actor, now)
@@ -97,10 +97,10 @@ RETURNING `+chargeColumns,
 	if covered > 0 {
 		reason += fmt.Sprintf(", less %d of credits from %d grants", covered, len(credits))
 	}
-	if err := transitionTx(ctx, tx, now, charge.ID, nil, status, p.Actor, reason); err != nil {
+	if err := transitionTx(ctx, tx, now, charge.ID, charge.CustomerID, nil, status, p.Actor, reason); err != nil {
 		return nil, false, err
 	}
-	if err := chargeCarriedIntoTx(ctx, tx, now, carriedIDs, charge.ID, p.Actor); err != nil {
+	if err := chargeCarriedIntoTx(ctx, tx, now, carriedIDs, charge.ID, charge.CustomerID, p.Actor); err != nil {
 		return nil, false, err
 	}
 	return charge, recharge, nil

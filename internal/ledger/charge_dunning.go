@@ -241,7 +241,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, gen, c.IdempotencyKeyFor(gen), pm
 		if len(p.Retired) > 0 {
 			reason += ", canceled on Stripe first: " + strings.Join(p.Retired, ", ")
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, p.Actor, reason); err != nil {
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, updated.Status, p.Actor, reason); err != nil {
 			return err
 		}
 		next = &Claim{Charge: updated, Owner: claim.Owner, params: claim.params}
@@ -291,7 +291,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, now))
 		if err != nil {
 			return fmt.Errorf("error canceling: %w", err)
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, updated.Status, actor, "canceled: "+reason); err != nil {
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, updated.Status, actor, "canceled: "+reason); err != nil {
 			return err
 		}
 		if canceled, err = chargeSpendTx(ctx, tx, updated); err != nil {

@@ -194,9 +194,9 @@ type tierJSON struct {
 	Amount     string `json:"amount"`
 }
 
-// chargeLinesInsertTx stores the lines of charge chargeID. The statement is
+// chargeLinesInsertTx stores the lines of charge chargeID of customerID. The statement is
 // sent with the transaction's next one.
-func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Time) error {
+func chargeLinesInsertTx(tx *Tx, chargeID int64, customerID string, lines []ChargeLine, now time.Time) error {
 	if len(lines) == 0 {
 		return nil
 	}
@@ -248,10 +248,10 @@ func chargeLinesInsertTx(tx *Tx, chargeID int64, lines []ChargeLine, now time.Ti
 		}
 	}
 	tx.execLater(nil, `
-INSERT INTO billing.charge_lines (charge_id, line, kind, metric, plan_id, plan_version, model, quantity, event_count,
-                                  tiers, packages, subtotal, minimum_applied, exact_amount, amount_cents, grant_id,
-                                  created_at)
-SELECT $1, l.line, l.kind, l.metric, l.plan_id, l.plan_version, l.model, l.quantity::numeric, l.event_count,
+INSERT INTO billing.charge_lines (charge_id, customer_id, line, kind, metric, plan_id, plan_version, model, quantity,
+                                  event_count, tiers, packages, subtotal, minimum_applied, exact_amount, amount_cents,
+                                  grant_id, created_at)
+SELECT $1, $18, l.line, l.kind, l.metric, l.plan_id, l.plan_version, l.model, l.quantity::numeric, l.event_count,
        l.tiers::jsonb, l.packages::numeric, l.subtotal::numeric, l.minimum_applied, l.exact_amount::numeric,
        l.amount_cents, l.grant_id, $2
 FROM unnest($3::integer[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::text[], $9::text[], $10::bigint[],
@@ -259,7 +259,7 @@ FROM unnest($3::integer[], $4::text[], $5::text[], $6::text[], $7::integer[], $8
      AS l (line, kind, metric, plan_id, plan_version, model, quantity, event_count, tiers, packages, subtotal,
            minimum_applied, exact_amount, amount_cents, grant_id)`,
 		chargeID, now, nums, kinds, metrics, planIDs, versions, models, quantities, events, tiers, packages, subtotals,
-		minimums, exacts, amounts, grants)
+		minimums, exacts, amounts, grants, customerID)
 	return nil
 }
 

@@ -226,8 +226,8 @@ WHERE customer_id = 'acme' AND period = '2026-11' AND charge_status = 'pending' 
 		// A line that is not the events' (here: one the close never
 		// wrote) shows in the reconciliation.
 		_, err = b.Pool.Exec(ctx, `
-INSERT INTO billing.charge_lines (charge_id, line, kind, event_count, exact_amount, amount_cents, created_at)
-VALUES ($1, 3, 'carried', 0, 5, 5, now())`, c.ID)
+INSERT INTO billing.charge_lines (charge_id, customer_id, line, kind, event_count, exact_amount, amount_cents, created_at)
+VALUES ($1, $2, 3, 'carried', 0, 5, 5, now())`, c.ID, c.CustomerID)
 		require.NoError(t, err)
 		require.Equal(t, "ledger_differs_from_charge",
 			b.text(t, `SELECT disagreement FROM billing.reconciliation WHERE charge_id = $1`, c.ID))

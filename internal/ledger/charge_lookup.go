@@ -57,7 +57,7 @@ RETURNING `+chargeColumns, claim.Charge.ID, claim.Owner, gen,
 			return fmt.Errorf("error readying call after look-up: %w", err)
 		}
 		if claim.KeyExpired {
-			if err := transitionTx(ctx, tx, now, c.ID, &from, c.Status, actor,
+			if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &from, c.Status, actor,
 				fmt.Sprintf("key generation %d: no PaymentIntent on Stripe after the key window", gen)); err != nil {
 				return err
 			}
@@ -105,8 +105,8 @@ RETURNING `+chargeColumns, lookupMarkStatuses, now)
 			return err
 		}
 		_, err = tx.Exec(ctx, `
-INSERT INTO billing.charge_transitions (charge_id, from_status, to_status, actor, reason, created_at)
-SELECT id, status, status, $2, $3, $4 FROM billing.charges WHERE id = ANY($1)`,
+INSERT INTO billing.charge_transitions (charge_id, customer_id, from_status, to_status, actor, reason, created_at)
+SELECT id, customer_id, status, status, $2, $3, $4 FROM billing.charges WHERE id = ANY($1)`,
 			chargeIDs(marked), actor, "marked for a look-up at Stripe before its next call: "+reason, now)
 		return err
 	})
@@ -148,7 +148,7 @@ func (l *Ledger) ChargeLookupDone(ctx context.Context, chargeID int64, actor str
 UPDATE billing.charges SET lookup_required = false, updated_at = $2 WHERE id = $1 RETURNING `+chargeColumns, chargeID, now)); err != nil {
 			return err
 		}
-		return transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+		return transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, c.Status, actor,
 			"looked at Stripe: no PaymentIntent carries the charge key; the look-up mark is cleared")
 	})
 	if err != nil {

@@ -242,7 +242,7 @@ func (l *Ledger) chargeUnmovedTx(ctx context.Context, tx *Tx, now time.Time, c *
 // chargeAlertTx logs an ALERT transition of c (status unchanged) with msg,
 // an "ALERT …" line, and clears its lease when lease is leaseRelease.
 func chargeAlertTx(ctx context.Context, tx *Tx, now time.Time, c *Charge, actor, msg string, lease leaseAction) (*Charge, error) {
-	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor, msg); err != nil {
+	if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, c.Status, actor, msg); err != nil {
 		return nil, err
 	}
 	return chargeLeaseReleaseTx(ctx, tx, now, c, lease)
@@ -339,7 +339,7 @@ RETURNING `+chargeColumns, c.ID, next, nullString(o.StripePaymentIntentID),
 		if nextRetry != nil {
 			reason += fmt.Sprintf("; retry %d at %s", c.DunningRetries+1, nextRetry.UTC().Format(time.RFC3339))
 		}
-		if err := transitionTx(ctx, tx, now, charge.ID, &c.Status, next, actor, reason); err != nil {
+		if err := transitionTx(ctx, tx, now, charge.ID, charge.CustomerID, &c.Status, next, actor, reason); err != nil {
 			return nil, err
 		}
 		if charge, err = chargeSpendTx(ctx, tx, charge); err != nil {

@@ -116,7 +116,7 @@ WHERE id = $1 RETURNING `+chargeColumns, c.ID, add, now))
 	if err != nil {
 		return nil, fmt.Errorf("error retiring PaymentIntents: %w", err)
 	}
-	if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, actor,
+	if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, c.Status, actor,
 		"canceled on Stripe, retired: "+strings.Join(add, ", ")); err != nil {
 		return nil, err
 	}

@@ -80,7 +80,7 @@ FROM billing.charges WHERE customer_id = $1 AND period = $2`, p.CustomerID, p.Pe
 		if err != nil {
 			return err
 		}
-		if err := transitionTx(ctx, tx, now, c.ID, &c.Status, c.Status, p.Actor, fmt.Sprintf(
+		if err := transitionTx(ctx, tx, now, c.ID, c.CustomerID, &c.Status, c.Status, p.Actor, fmt.Sprintf(
 			"recovered: the ledger had lost this charge (%s); Stripe has %s carrying its key",
 			p.Reason, strings.Join(p.PaymentIntents, ", "))); err != nil {
 			return err

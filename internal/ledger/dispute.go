@@ -68,9 +68,9 @@ var disputeKind = adjustmentKind{
 	notify: NotifyChargeDisputed,
 	statusSQL: `
 INSERT INTO billing.dispute_events (stripe_dispute_id, status, stripe_event_id, stripe_event_type, observed_at,
-                                    recorded_at, amount_cents, evidence_due_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
+                                    recorded_at, customer_id, amount_cents, evidence_due_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (stripe_dispute_id, (coalesce(stripe_event_id, '')), customer_id) DO NOTHING`,
 	statusArgs: func(p *ChargeAdjustmentParams) []any { return []any{p.AmountCents, p.EvidenceDueBy} },
 }
 

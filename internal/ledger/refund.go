@@ -56,9 +56,9 @@ var refundKind = adjustmentKind{
 	noun: "refund", table: "billing.refunds", idColumn: "stripe_refund_id", notify: NotifyChargeRefunded,
 	statusSQL: `
 INSERT INTO billing.refund_events (stripe_refund_id, status, stripe_event_id, stripe_event_type, observed_at,
-                                   recorded_at, failure_reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, ''))) DO NOTHING`,
+                                   recorded_at, customer_id, failure_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (stripe_refund_id, (coalesce(stripe_event_id, '')), customer_id) DO NOTHING`,
 	statusArgs: func(p *ChargeAdjustmentParams) []any { return []any{nullString(p.FailureReason)} },
 }
 
@@ -83,8 +83,12 @@ func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p Char
 	p.EventID, p.EventType = "", ""
 	var created bool
 	err := l.withTx(ctx, func(tx *Tx) error {
+		c := chargeRef{id: chargeID}
+		if err := tx.QueryRow(ctx, `SELECT customer_id FROM billing.charges WHERE id = $1`, chargeID).Scan(&c.customerID); err != nil {
+			return err
+		}
 		var err error
-		created, err = l.adjustmentRecordChargeTx(ctx, tx, &refundKind, chargeID, p)
+		created, err = l.adjustmentRecordChargeTx(ctx, tx, &refundKind, c, p)
 		return err
 	})
 	if err != nil {

@@ -17,18 +17,19 @@ import (
 // order charges settle, and are never reused (billing.statements is
 // append-only).
 
-// statementIssueTx numbers charge chargeID's statement, the next number,
+// statementIssueTx numbers the statement of charge chargeID of customerID,
+// the next number,
 // unless it has one. The counter's row stays locked until the transaction
 // ends, so a rollback gives the number back, and every settling transaction
 // waits for it: the statement goes last, just before the COMMIT
 // (execAtCommit), so that the row is held for the commit alone.
-func statementIssueTx(tx *Tx, chargeID int64, now time.Time) {
+func statementIssueTx(tx *Tx, chargeID int64, customerID string, now time.Time) {
 	tx.execAtCommit(`
 WITH n AS (
     UPDATE billing.statement_counter SET last_number = last_number + 1
-    WHERE NOT EXISTS (SELECT 1 FROM billing.statements WHERE charge_id = $1)
+    WHERE NOT EXISTS (SELECT 1 FROM billing.statements WHERE charge_id = $1 AND customer_id = $2)
     RETURNING last_number)
-INSERT INTO billing.statements (number, charge_id, issued_at) SELECT last_number, $1, $2 FROM n`, chargeID, now)
+INSERT INTO billing.statements (number, charge_id, customer_id, issued_at) SELECT last_number, $1, $2, $3 FROM n`, chargeID, customerID, now)
 }
 
 // settles reports whether a charge moving to status settles it: a

@@ -173,19 +173,25 @@ DELETE FROM billing.stripe_events WHERE status IN ('processed', 'ignored') AND r
 	return tag.RowsAffected(), nil
 }
 
-// chargeIDByStripeTx finds the charge paid by a Stripe charge or
+// chargeRef names a charge: its id and its customer.
+type chargeRef struct {
+	id         int64
+	customerID string
+}
+
+// chargeByStripeTx finds the charge paid by a Stripe charge or
 // PaymentIntent, or returns ErrNotFound.
-func chargeIDByStripeTx(ctx context.Context, tx *Tx, stripeChargeID, paymentIntentID string) (int64, error) {
-	var id int64
+func chargeByStripeTx(ctx context.Context, tx *Tx, stripeChargeID, paymentIntentID string) (chargeRef, error) {
+	var c chargeRef
 	err := tx.QueryRow(ctx, `
-SELECT id FROM billing.charges
+SELECT id, customer_id FROM billing.charges
 WHERE (stripe_charge_id = $1 AND $1 <> '') OR (stripe_payment_intent_id = $2 AND $2 <> '')
-LIMIT 1`, stripeChargeID, paymentIntentID).Scan(&id)
+LIMIT 1`, stripeChargeID, paymentIntentID).Scan(&c.id, &c.customerID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, notFound("charge for stripe charge %q / PaymentIntent %q", stripeChargeID, paymentIntentID)
+		return chargeRef{}, notFound("charge for stripe charge %q / PaymentIntent %q", stripeChargeID, paymentIntentID)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("error finding charge of stripe charge %s: %w", stripeChargeID, err)
+		return chargeRef{}, fmt.Errorf("error finding charge of stripe charge %s: %w", stripeChargeID, err)
 	}
-	return id, nil
+	return c, nil
 }

@@ -88,8 +88,8 @@ func TestCheckLines(t *testing.T) {
 
 	t.Run("a line the events do not explain", func(t *testing.T) {
 		_, err := conn.Exec(ctx, `
-INSERT INTO billing.charge_lines (charge_id, line, kind, event_count, exact_amount, amount_cents, created_at)
-VALUES ($1, 2, 'carried', 0, 7, 7, now())`, charges["plain"].ID)
+INSERT INTO billing.charge_lines (charge_id, customer_id, line, kind, event_count, exact_amount, amount_cents, created_at)
+VALUES ($1, 'plain', 2, 'carried', 0, 7, 7, now())`, charges["plain"].ID)
 		require.NoError(t, err)
 		violations, _, _, err := checkLines(ctx, conn, book)
 		require.NoError(t, err)
