@@ -201,7 +201,15 @@ start() {
 }
 
 down() {
-  local name
+  local name pid pids=()
+  # The keepers' (pg_autoctl's pid files, under /tmp/pg_autoctl/<pgdata>) and the postmasters' pids,
+  # to wait for below.
+  for name in "${NODES[@]}" monitor; do
+    for pid in "$(head -1 "/tmp/pg_autoctl$DIR/$name/pg_autoctl.pid" 2>/dev/null || true)" \
+      "$(head -1 "$DIR/$name/postmaster.pid" 2>/dev/null || true)"; do
+      [[ $pid =~ ^[0-9]+$ ]] && pids+=("$pid")
+    done
+  done
   for name in "${NODES[@]}" monitor; do
     if [[ -d $DIR/$name ]]; then
       autoctl stop --pgdata "$DIR/$name" >/dev/null 2>&1 || true
@@ -213,6 +221,18 @@ down() {
   for name in "${NODES[@]}" monitor; do
     pid="$(head -1 "$DIR/$name/postmaster.pid" 2>/dev/null || true)"
     if [[ -n $pid ]]; then kill -INT "$pid" 2>/dev/null || true; fi
+  done
+  # Gone before returning: a keeper still exiting makes the next up refuse to start its node
+  # ("pg_autoctl is already running with pid …", which failed a make ha between its two drills).
+  local deadline=$((SECONDS + 30))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null; do
+      if ((SECONDS >= deadline)); then
+        log "process $pid of the formation still running after 30 s"
+        break 2
+      fi
+      sleep 0.2
+    done
   done
   log "formation stopped (data kept in $DIR)"
 }
@@ -251,7 +271,7 @@ switchover) autoctl perform switchover --pgdata "$DIR/monitor" ;;
 down) down ;;
 destroy)
   down
-  rm -rf "$DIR" "$HA_LINK"
+  rm -rf "$DIR" "$HA_LINK" "/tmp/pg_autoctl$DIR"
   ;;
 *) die "usage: $0 up [--async] | url | monitor-url | status | wait [SECONDS] | kill-primary | wait-failover NAME [SECONDS] | start | switchover | down | destroy" ;;
 esac
