@@ -133,5 +133,11 @@ func adjustmentChargeTx(ctx context.Context, tx *Tx, k *adjustmentKind, p Charge
 	if id != nil {
 		return chargeRef{id: *id, customerID: customerID}, nil
 	}
-	return chargeByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
+	c, err := chargeByStripeTx(ctx, tx, p.StripeChargeID, p.StripePaymentIntentID)
+	if err == nil && customerID != "" {
+		// Known without its charge (a row from before migration 00034, which
+		// gave it a customer): it stays that customer's, one row per Stripe id.
+		c.customerID = customerID
+	}
+	return c, err
 }

@@ -84,10 +84,13 @@ func (l *Ledger) RefundRecordResolve(ctx context.Context, chargeID int64, p Char
 	var created bool
 	err := l.withTx(ctx, func(tx *Tx) error {
 		c := chargeRef{id: chargeID}
-		if err := tx.QueryRow(ctx, `SELECT customer_id FROM billing.charges WHERE id = $1`, chargeID).Scan(&c.customerID); err != nil {
+		err := tx.QueryRow(ctx, `SELECT customer_id FROM billing.charges WHERE id = $1`, chargeID).Scan(&c.customerID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("charge %d", chargeID)
+		}
+		if err != nil {
 			return err
 		}
-		var err error
 		created, err = l.adjustmentRecordChargeTx(ctx, tx, &refundKind, c, p)
 		return err
 	})

@@ -113,6 +113,8 @@ func TestRefundStatus(t *testing.T) {
 		again, err := b.Ledger.RefundRecordResolve(ctx, c.ID, other)
 		require.NoError(t, err)
 		require.False(t, again, "the resolve's answer is recorded once")
+		_, err = b.Ledger.RefundRecordResolve(ctx, 999_999, other)
+		require.ErrorIs(t, err, ledger.ErrNotFound)
 
 		update := other
 		update.Status, update.EventID, update.EventType, update.EventCreatedAt = "succeeded", "evt_9", "charge.refund.updated", t0.Add(time.Minute)
@@ -128,6 +130,35 @@ func TestRefundStatus(t *testing.T) {
 		pending := refundEvent("evt_b", "refund.updated", "pending", t0.Add(time.Minute))
 		r := recordRefund(t, ctx, b, pending, action)
 		require.Equal(t, "pending", r.Status)
+	})
+
+	t.Run("KnownWithoutItsChargeStaysItsCustomers", func(t *testing.T) {
+		t.Parallel()
+		ctx, b, _ := adjustmentBundle(t)
+		// A refund recorded before migration 00034 without its charge, which
+		// the migration gave the customer acme; the ledger says ch_1 is now
+		// another customer's (inconsistent, but it must not split the refund).
+		b.Customer(t, "beta")
+		_, err := b.Ledger.UsageEventRecord(ctx, ledger.UsageEventParams{CustomerID: "beta", EventID: "e1", AmountCents: 500})
+		require.NoError(t, err)
+		beta, err := b.Ledger.PeriodClose(ctx, ledger.PeriodCloseParams{CustomerID: "beta", Period: "2026-11", Actor: "job:2/1"})
+		require.NoError(t, err)
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`UPDATE billing.charges SET stripe_payment_intent_id = NULL, stripe_charge_id = NULL WHERE customer_id = 'acme'`, nil},
+			{`UPDATE billing.charges SET stripe_payment_intent_id = 'pi_1', stripe_charge_id = 'ch_1' WHERE id = $1`, []any{beta.ID}},
+			{`INSERT INTO billing.refunds (stripe_refund_id, charge_id, customer_id, stripe_charge_id, amount_cents, currency,
+                             stripe_created_at, recorded_at)
+VALUES ('re_1', NULL, 'acme', 'ch_1', 300, 'usd', $1, $1)`, []any{t0}},
+		} {
+			_, err = b.Pool.Exec(ctx, q.sql, q.args...)
+			require.NoError(t, err)
+		}
+		recordRefund(t, ctx, b, refundEvent("evt_1", "refund.updated", "succeeded", t0))
+		require.Equal(t, "acme", b.text(t, `SELECT string_agg(customer_id, ',') FROM billing.refunds WHERE stripe_refund_id = 're_1'`))
+		require.Equal(t, "acme", b.text(t, `SELECT string_agg(customer_id, ',') FROM billing.refund_events WHERE stripe_refund_id = 're_1'`))
 	})
 
 	t.Run("UnknownChargeIsNotFound", func(t *testing.T) {
