@@ -18,11 +18,10 @@ import (
 // append-only).
 
 // statementIssueTx numbers the statement of charge chargeID of customerID,
-// the next number,
-// unless it has one. The counter's row stays locked until the transaction
-// ends, so a rollback gives the number back, and every settling transaction
-// waits for it: the statement goes last, just before the COMMIT
-// (execAtCommit), so that the row is held for the commit alone.
+// the next number, unless it has one. The counter's row stays locked until
+// the transaction ends, so a rollback gives the number back, and every
+// settling transaction waits for it: the statement goes last, just before
+// the COMMIT (execAtCommit), so that the row is held for the commit alone.
 func statementIssueTx(tx *Tx, chargeID int64, customerID string, now time.Time) {
 	tx.execAtCommit(`
 WITH n AS (
